@@ -1,0 +1,5 @@
+"""``python -m servesim``."""
+
+from servesim.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Shared virtual-time machinery for engines: tokens, requests, records."""

@@ -1,0 +1,70 @@
+"""What a workload hands an engine, and what an engine hands the metrics collector.
+
+Time is a float number of milliseconds of virtual time everywhere in servesim
+(arrival, token and terminal times). Fixed and polynomial step times are exact
+float expressions, so the same inputs always give the same floats.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterator
+from typing import Literal, Protocol
+
+import attrs
+
+from servesim.engines.kernel.tokens import Prompt
+
+TerminalStatus = Literal["completed", "rejected", "incomplete"]
+
+
+@attrs.frozen(slots=True)
+class RequestSpec:
+    """One request as the workload defines it."""
+
+    request_id: int  # dense, unique within a run
+    arrival_ms: float
+    prompt: Prompt
+    input_length: int
+    output_length: int
+    session_id: str | None = None
+    turn_index: int = 0
+
+
+@attrs.define(slots=True, eq=False)
+class RequestRecord:
+    """One request's outcome, produced by an engine once the request is terminal."""
+
+    request_id: int
+    arrival_ms: float
+    input_length: int
+    requested_output_length: int
+    status: TerminalStatus
+    token_times: array = attrs.field(factory=lambda: array("d"))  # one entry per output token
+    session_id: str | None = None
+    turn_index: int = 0
+    first_admit_ms: float | None = None
+    terminal_ms: float | None = None
+    reused_input_tokens: int = 0  # max over admissions
+    first_admission_reused_tokens: int = 0
+    num_preemptions: int = 0
+    prefill_worker: int | None = None
+    decode_worker: int | None = None  # the aggregated worker in aggregated mode
+
+    @property
+    def output_length(self) -> int:
+        return len(self.token_times)
+
+
+class Workload(Protocol):
+    """A source of requests, possibly reacting to completions (closed loop, sessions)."""
+
+    @property
+    def max_time_ms(self) -> float | None:
+        """Soft cutoff: events after it are not processed (trace ``max_virtual_time_seconds``)."""
+
+    def start(self) -> Iterator[RequestSpec]:
+        """Open-loop requests, lazily, in nondecreasing ``arrival_ms`` order."""
+
+    def on_terminal(self, request: RequestSpec, time_ms: float) -> list[RequestSpec]:
+        """Requests released because ``request`` ended at ``time_ms`` (arrival >= time_ms)."""

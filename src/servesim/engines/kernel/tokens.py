@@ -1,0 +1,121 @@
+"""Token identities without token lists.
+
+A prompt is a tuple of :class:`Segment` runs. A *repeat* segment is ``length`` copies
+of one token ``key`` (a Mooncake hash id expands to ``block_size`` copies of one
+interned id). A *distinct* segment is ``length`` different tokens
+``(key, offset), (key, offset + 1), ...`` (synthetic unique prompts, generated output).
+
+Workloads use non-negative keys. Generated output of request ``r`` is the distinct
+segment with key ``generated_key(r)`` (negative), so a later session turn whose prompt
+contains an earlier turn's output names exactly the tokens the engine generated.
+
+Block identity (spec §3.8): only complete blocks get an identity; identities are chained
+(``h[i] = hash((h[i-1], content[i]))``) so equal hashes mean equal prefixes. Python's
+hash of tuples of ints does not depend on ``PYTHONHASHSEED``: results are reproducible
+across processes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import attrs
+
+
+@attrs.frozen(slots=True)
+class Segment:
+    key: int
+    length: int
+    repeat: bool = True
+    offset: int = 0  # first index of a distinct segment; always 0 for repeat segments
+
+
+Prompt = tuple[Segment, ...]
+
+
+def generated_key(request_id: int) -> int:
+    """Key of the distinct segment holding request ``request_id``'s generated tokens."""
+    return -(request_id + 1)
+
+
+def make_prompt(segments: Iterable[Segment]) -> Prompt:
+    """Canonical form: drop empty runs, merge runs that continue each other."""
+    out: list[Segment] = []
+    for seg in segments:
+        if seg.length <= 0:
+            continue
+        if out:
+            last = out[-1]
+            if last.key == seg.key and last.repeat == seg.repeat and (
+                seg.repeat or last.offset + last.length == seg.offset
+            ):
+                out[-1] = attrs.evolve(last, length=last.length + seg.length)
+                continue
+        out.append(seg)
+    return tuple(out)
+
+
+def prompt_length(prompt: Sequence[Segment]) -> int:
+    return sum(s.length for s in prompt)
+
+
+def truncate(prompt: Sequence[Segment], length: int) -> Prompt:
+    """The first ``length`` tokens of ``prompt``."""
+    out: list[Segment] = []
+    left = length
+    for seg in prompt:
+        if left <= 0:
+            break
+        take = min(seg.length, left)
+        out.append(attrs.evolve(seg, length=take))
+        left -= take
+    return tuple(out)
+
+
+def block_hashes(
+    prompt: Sequence[Segment], block_size: int, limit: int | None = None, start: int = 0,
+    previous: int = 0,
+) -> list[int]:
+    """Chained identities of the complete blocks among the first ``limit`` tokens.
+
+    ``start`` (a multiple of ``block_size``) skips blocks already hashed, with ``previous``
+    the identity of the block before ``start`` (0 at the beginning).
+    """
+    total = prompt_length(prompt) if limit is None else min(limit, prompt_length(prompt))
+    n_blocks = total // block_size
+    first = start // block_size
+    if first >= n_blocks:
+        return []
+    out: list[int] = []
+    h = previous
+    pos = 0  # token position of the current segment's start
+    seg_i = 0
+    block = first
+    block_start = block * block_size
+    # advance to the segment holding block_start
+    while seg_i < len(prompt) and pos + prompt[seg_i].length <= block_start:
+        pos += prompt[seg_i].length
+        seg_i += 1
+    while block < n_blocks:
+        lo = block * block_size
+        hi = lo + block_size
+        content: list[tuple[int, int, int]] = []
+        i, p = seg_i, pos
+        while p < hi:
+            seg = prompt[i]
+            a = max(lo, p)
+            b = min(hi, p + seg.length)
+            if seg.repeat:
+                content.append((seg.key, -1, b - a))
+            else:
+                content.append((seg.key, seg.offset + a - p, b - a))
+            if p + seg.length <= hi:
+                p += seg.length
+                i += 1
+            else:
+                break
+        h = hash((h, tuple(content)))
+        out.append(h)
+        seg_i, pos = i, p
+        block += 1
+    return out

@@ -1,0 +1,129 @@
+"""The resolved, engine-facing form of a deployment: per-role engine arguments.
+
+The compiler's resolve pass produces these values, the validate pass checks them with
+:mod:`servesim.rules`, the lower pass writes them as JSON, and an engine reads them back
+(and re-checks them with the same rules) when it accepts a payload. Nothing here is a
+*requested* value: ``block_size`` is the block size the role runs with, after
+state-cache enlargement; ``num_gpu_blocks`` is the pool size per attention-DP rank.
+
+Schema versioning: ``SCHEMA_VERSION`` is bumped only on an incompatible change.
+Engines refuse a payload whose ``schema_version`` they do not know.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import attrs
+
+SCHEMA_VERSION = 1
+
+Role = Literal["aggregated", "prefill", "decode"]
+ROLES: tuple[Role, ...] = ("aggregated", "prefill", "decode")
+
+
+@attrs.frozen
+class TimingArgs:
+    """Step-time provider of a role: ``fixed``, ``polynomial``, ``default``, ``table``."""
+
+    type: str = "default"
+    prefill_ms: float | None = None
+    decode_ms: float | None = None
+    path: str | None = None  # table timing: CSV file
+
+
+@attrs.frozen
+class SpeculationArgs:
+    """Canonical speculative decoding; legacy ``nextn`` lowers to ``kind = "mtp"``."""
+
+    kind: Literal["mtp", "ngram"]
+    num_speculative_tokens: int
+    acceptance_rates: tuple[float, ...]
+    seed: int = 42
+
+
+@attrs.frozen
+class StateCacheArgs:
+    """Per-request recurrent state held in the same block pool as token KV."""
+
+    bytes_per_request: int
+    state_blocks: int
+    allocated_bytes_per_request: int
+    source: Literal["overridden", "inferred"] = "overridden"
+    raw_bytes_per_request: int | None = None
+
+
+@attrs.frozen
+class RoleArgs:
+    """Fully resolved engine arguments of one worker role."""
+
+    worker_type: Role
+    backend: str
+    model: str
+    hardware: str
+    # parallelism
+    replicas: int = 1
+    tensor: int = 1
+    pipeline: int = 1
+    attention_data: int = 1
+    moe_tensor: int = 1
+    moe_expert: int = 1
+    # scheduler
+    max_batched_tokens: int = 8192
+    max_sequences: int = 256
+    prefill_schedule_interval: int = 1
+    prefill_decode_interval: int = 0
+    enable_chunked_prefill: bool = True
+    preemption_mode: Literal["lifo", "fifo"] = "lifo"
+    # KV cache (per attention-DP rank, per TP shard)
+    block_size: int = 64
+    prefix_caching: bool = True
+    kv_bytes_per_token: int = 0
+    num_gpu_blocks: int = 16384
+    max_model_len: int | None = None
+    prefix_match_unit: int | None = None
+    state_cache: StateCacheArgs | None = None
+    # timing and decoding
+    timing: TimingArgs = attrs.field(factory=TimingArgs)
+    speculation: SpeculationArgs | None = None
+    startup_seconds: float = 0.0
+
+    @property
+    def gpus_per_worker(self) -> int:
+        return self.tensor * self.pipeline * self.attention_data
+
+    @property
+    def gpus(self) -> int:
+        return self.replicas * self.gpus_per_worker
+
+
+@attrs.frozen
+class KvTransferArgs:
+    """P/D KV transfer: delay = (tokens * bytes_per_token + state_bytes) / bandwidth."""
+
+    bytes_per_token: int
+    bandwidth_gb_per_second: float | None = None
+    timing_mode: Literal["destination_missing", "full_prompt"] = "destination_missing"
+    state_bytes: int = 0
+
+
+@attrs.frozen
+class SlaArgs:
+    ttft_ms: float | None = None
+    itl_ms: float | None = None
+    e2e_ms: float | None = None
+
+
+@attrs.frozen
+class Payload:
+    """The versioned document an engine replays."""
+
+    engine: str
+    mode: Literal["aggregated", "disaggregated"]
+    roles: dict[str, RoleArgs]
+    workload: dict[str, Any]
+    kv_transfer: KvTransferArgs | None = None
+    sla: SlaArgs | None = None
+    provenance: dict[str, Any] = attrs.field(factory=dict)
+    schema_version: int = SCHEMA_VERSION
+    servesim_version: str = ""

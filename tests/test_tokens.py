@@ -1,0 +1,24 @@
+from servesim.engines.kernel.tokens import Segment, block_hashes, make_prompt, truncate
+
+
+def test_equal_prefixes_share_block_identities_and_partial_blocks_have_none() -> None:
+    a = make_prompt([Segment(7, 10), Segment(8, 5)])
+    b = make_prompt([Segment(7, 10), Segment(9, 5)])
+    ha, hb = block_hashes(a, 4), block_hashes(b, 4)
+    assert len(ha) == 3  # 15 tokens -> 3 complete blocks of 4
+    assert ha[:2] == hb[:2]  # tokens 0..7 are equal
+    assert ha[2] != hb[2]  # block 2 holds tokens 8..11: 7,7,8,8 vs 7,7,9,9
+
+
+def test_distinct_segments_differ_by_position_and_resume_matches_full_hash() -> None:
+    p = make_prompt([Segment(3, 12, repeat=False)])
+    h = block_hashes(p, 4)
+    assert len(set(h)) == 3
+    assert block_hashes(p, 4, start=8, previous=h[1]) == h[2:]
+    assert block_hashes(p, 4, limit=11) == h[:2]
+
+
+def test_make_prompt_merges_continuing_runs_and_truncate_cuts() -> None:
+    p = make_prompt([Segment(1, 3, False), Segment(1, 2, False, offset=3), Segment(2, 0)])
+    assert p == (Segment(1, 5, False),)
+    assert truncate(p, 2) == (Segment(1, 2, False),)
