@@ -127,3 +127,85 @@ class Payload:
     provenance: dict[str, Any] = attrs.field(factory=dict)
     schema_version: int = SCHEMA_VERSION
     servesim_version: str = ""
+
+
+def payload_to_dict(payload: Payload) -> dict[str, Any]:
+    """JSON-ready form (``None`` fields dropped inside roles for readability)."""
+    import cattrs
+
+    conv = cattrs.Converter()
+    data: dict[str, Any] = conv.unstructure(payload)
+    data["roles"] = {name: _drop_none(role) for name, role in data["roles"].items()}
+    return data
+
+
+def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: (_drop_none(v) if isinstance(v, dict) else v) for k, v in d.items()
+            if v is not None}
+
+
+def dump_payload(payload: Payload, *, relative_to: str | None = None) -> str:
+    """Deterministic JSON text: sorted keys, two-space indent, trailing newline.
+
+    A trace path is written relative to ``relative_to`` (the folder the payload file
+    goes to), so a payload stays valid when its folder moves with the trace.
+    """
+    import json
+    import os
+
+    data = payload_to_dict(payload)
+    source = data["workload"].get("source", {})
+    if relative_to is not None and isinstance(source.get("path"), str):
+        path = source["path"]
+        if os.path.isabs(path):
+            source["path"] = os.path.relpath(path, relative_to).replace(os.sep, "/")
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+
+def load_payload(data: Any, *, name: str = "payload") -> Payload:
+    """Structure a decoded JSON payload strictly; raise PayloadError naming each problem.
+
+    Checks the schema version first (an unknown version is refused before anything else
+    is read), then types and unknown keys. The shared rules are the engine's job
+    (:meth:`servesim.engines.base.Engine.validate_payload`).
+    """
+    from servesim.converter import make_converter, structure
+    from servesim.errors import Diagnostic, PayloadError
+
+    if not isinstance(data, dict):
+        raise PayloadError([Diagnostic(code="payload-not-object", location=name,
+                                       message="a payload must be a JSON object")])
+    version = data.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise PayloadError([Diagnostic(
+            code="payload-version", path=("schema_version",),
+            message=f"unsupported payload schema_version {version!r}; this servesim reads "
+            f"version {SCHEMA_VERSION}", hint="recompile the config with this servesim")])
+    conv = make_converter()
+    conv.register_structure_hook(tuple[float, ...], lambda v, _: tuple(
+        conv.structure(v, list[float])))
+    payload, diags = structure(conv, data, Payload)
+    if payload is None:
+        raise PayloadError(diags)
+    return payload
+
+
+# Where each RoleArgs field lives in the config, under ``engine.workers.<role>``.
+ROLE_FIELD_SECTIONS: dict[str, str] = {
+    **{k: "parallelism" for k in ("replicas", "tensor", "pipeline", "attention_data",
+                                  "moe_tensor", "moe_expert")},
+    **{k: "scheduler" for k in ("max_batched_tokens", "max_sequences",
+                                "prefill_schedule_interval", "prefill_decode_interval")},
+    **{k: "kv_cache" for k in ("block_size", "prefix_caching", "kv_bytes_per_token",
+                               "num_gpu_blocks", "prefix_match_unit", "state_cache")},
+}
+
+
+def role_field_path(role: str, field: str) -> tuple[str, ...]:
+    """Config key path of a RoleArgs field: ``kv_bytes_per_token`` -> ``...kv_cache.bytes_per_token``."""
+    if field == "speculation":
+        return ("engine", "speculation")
+    section = ROLE_FIELD_SECTIONS.get(field)
+    key = "bytes_per_token" if field == "kv_bytes_per_token" else field
+    base = ("engine", "workers", role)
+    return (*base, section, key) if section else (*base, key)

@@ -1,0 +1,285 @@
+"""Command-line interface: ``servesim compile|validate|inspect|schema|plugins|replay``.
+
+Exit codes: 0 success, 1 the input is wrong (diagnostics on stderr), 2 usage error,
+130 interrupted. A traceback means a bug in servesim, never bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import cattrs
+from rich.console import Console
+
+from servesim import __version__
+from servesim.compiler import STAGES, compile_source
+from servesim.compiler.model.resolved import ResolvedConfig, ValidatedConfig
+from servesim.compiler.source import SourceText
+from servesim.errors import Diagnostic, PayloadError, ServesimError
+from servesim.payload import Payload, dump_payload, load_payload, payload_to_dict
+from servesim.plugins.manager import EngineRegistry, get_plugin_manager
+
+EXIT_OK, EXIT_INPUT, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="servesim", description="GPU-free LLM serving simulator.")
+    p.add_argument("--version", action="version", version=f"servesim {__version__}")
+    p.add_argument("--plugin", action="append", default=[], metavar="MODULE",
+                   help="import MODULE and register it as a plugin (repeatable)")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    c = sub.add_parser("compile", help="compile a TOML config into an engine payload")
+    c.add_argument("config", help="config file (TOML)")
+    c.add_argument("-o", "--output", help="write the payload here (default: stdout)")
+    c.add_argument("--stop-after", choices=STAGES, default="lower",
+                   help="stop after this stage and print its result")
+    c.add_argument("--format", choices=("json", "text"), default="json")
+
+    v = sub.add_parser("validate", help="check a config without writing a payload")
+    v.add_argument("config")
+
+    i = sub.add_parser("inspect", help="show every resolved value and where it came from")
+    i.add_argument("config")
+    i.add_argument("--format", choices=("text", "json"), default="text")
+
+    s = sub.add_parser("schema", help="print a JSON Schema")
+    s.add_argument("which", choices=("config", "payload"))
+
+    pl = sub.add_parser("plugins", help="list registered engines and where they come from")
+    pl.add_argument("--format", choices=("text", "json"), default="text")
+
+    r = sub.add_parser("replay", help="replay the traffic of a config or payload")
+    r.add_argument("input", help="config (.toml) or payload (.json)")
+    r.add_argument("-o", "--output", help="write the report (JSON) here")
+    r.add_argument("--requests-out", help="write one JSON line per request here")
+    r.add_argument("--format", choices=("text", "json"), default="text",
+                   help="stdout format: a summary table, or the report as JSON")
+    r.add_argument("--quiet", action="store_true", help="no progress bar")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    out = Console(highlight=False, soft_wrap=True)
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    try:
+        registry = _registry(args.plugin)
+        handler = {"compile": _compile, "validate": _validate, "inspect": _inspect,
+                   "schema": _schema, "plugins": _plugins, "replay": _replay}[args.command]
+        return handler(args, registry, out, err)
+    except ServesimError as exc:
+        from servesim.render import print_diagnostics
+
+        print_diagnostics(err, exc.diagnostics)
+        return EXIT_INPUT
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        return EXIT_INTERRUPTED
+
+
+def _registry(modules: list[str]) -> EngineRegistry:
+    plugins = []
+    for name in modules:
+        try:
+            plugins.append(importlib.import_module(name))
+        except Exception as exc:
+            raise ServesimError([Diagnostic(
+                code="plugin-import", location=f"--plugin {name}",
+                message=f"cannot import plugin module: {type(exc).__name__}: {exc}")]) from exc
+    return EngineRegistry.collect(get_plugin_manager(plugins=plugins))
+
+
+def _compile(args: argparse.Namespace, registry: EngineRegistry, out: Console,
+             err: Console) -> int:
+    source = SourceText.from_path(args.config)
+    artifact = compile_source(source, registry=registry, stop_after=args.stop_after)
+    if isinstance(artifact, Payload):
+        relative_to = str(Path(args.output).resolve().parent) if args.output else os.getcwd()
+        text = dump_payload(artifact, relative_to=relative_to)
+        if args.output:
+            _atomic_write(Path(args.output), text)
+            err.print(f"wrote {args.output} (engine {artifact.engine})")
+        else:
+            sys.stdout.write(text)
+        return EXIT_OK
+    data = stage_to_data(artifact)
+    if args.format == "json":
+        sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    elif isinstance(artifact, (ResolvedConfig, ValidatedConfig)):
+        from servesim.render import resolved_tree
+
+        resolved = artifact.resolved if isinstance(artifact, ValidatedConfig) else artifact
+        out.print(resolved_tree(resolved))
+    else:
+        out.print_json(data=data)
+    return EXIT_OK
+
+
+def stage_to_data(artifact: Any) -> Any:
+    """JSON-ready form of any stage's artifact (``None`` fields dropped)."""
+    if isinstance(artifact, ValidatedConfig):
+        artifact = artifact.resolved
+    if isinstance(artifact, ResolvedConfig):
+        conv = cattrs.Converter()
+        return {
+            "engine": artifact.engine, "mode": artifact.mode,
+            "roles": {k: _drop_none(conv.unstructure(v)) for k, v in artifact.roles.items()},
+            "kv_transfer": conv.unstructure(artifact.kv_transfer),
+            "workload": artifact.workload, "sla": conv.unstructure(artifact.sla),
+            "provenance": {k: _drop_none(conv.unstructure(v))
+                           for k, v in sorted(artifact.provenance.items())},
+            "metadata": artifact.metadata,
+        }
+    if isinstance(artifact, Payload):
+        return payload_to_dict(artifact)
+    return _drop_none(cattrs.Converter().unstructure(artifact))
+
+
+def _drop_none(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _drop_none(v) for k, v in value.items() if v is not None}
+    return value
+
+
+def _validate(args: argparse.Namespace, registry: EngineRegistry, out: Console,
+              err: Console) -> int:
+    payload = compile_source(SourceText.from_path(args.config), registry=registry)
+    roles = ", ".join(payload.roles)
+    out.print(f"ok: {args.config} is valid (engine {payload.engine}; roles {roles})")
+    return EXIT_OK
+
+
+def _inspect(args: argparse.Namespace, registry: EngineRegistry, out: Console,
+             err: Console) -> int:
+    resolved = compile_source(SourceText.from_path(args.config), registry=registry,
+                              stop_after="validate").resolved
+    if args.format == "json":
+        sys.stdout.write(json.dumps(stage_to_data(resolved), indent=2, sort_keys=True) + "\n")
+    else:
+        from servesim.render import resolved_tree
+
+        out.print(resolved_tree(resolved))
+    return EXIT_OK
+
+
+def _schema(args: argparse.Namespace, registry: EngineRegistry, out: Console,
+            err: Console) -> int:
+    from servesim.schemas import load_schema
+
+    sys.stdout.write(json.dumps(load_schema(args.which), indent=2, sort_keys=True) + "\n")
+    return EXIT_OK
+
+
+def _plugins(args: argparse.Namespace, registry: EngineRegistry, out: Console,
+             err: Console) -> int:
+    rows = [{"name": n, "class": f"{c.__module__}.{c.__qualname__}", "plugin": o,
+             "modes": list(c.MODES), "description": c.DESCRIPTION}
+            for n, c, o in registry.items()]
+    if args.format == "json":
+        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+        return EXIT_OK
+    from rich.table import Table
+
+    table = Table("engine", "modes", "registered by", "description")
+    for row in rows:
+        table.add_row(row["name"], ", ".join(row["modes"]), row["plugin"], row["description"])
+    out.print(table)
+    return EXIT_OK
+
+
+def load_input(path: str, registry: EngineRegistry) -> tuple[Payload, Path | None]:
+    """A payload from a TOML config (compiled) or a JSON payload file (loaded and checked)."""
+    p = Path(path)
+    if p.suffix != ".json":
+        payload: Payload = compile_source(SourceText.from_path(p), registry=registry)
+        return payload, None
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise PayloadError([Diagnostic(code="file-not-found", location=path,
+                                       message="file not found")]) from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        where = f"{path}:{exc.lineno}:{exc.colno}" if isinstance(exc, json.JSONDecodeError) \
+            else path
+        raise PayloadError([Diagnostic(code="payload-json", location=where,
+                                       message=f"not a JSON payload: {exc}")]) from None
+    payload = load_payload(data, name=path)
+    return payload, p.resolve().parent
+
+
+def _replay(args: argparse.Namespace, registry: EngineRegistry, out: Console,
+            err: Console) -> int:
+    from servesim.replay import replay_payload
+    from servesim.render import report_summary, report_table
+
+    payload, base_dir = load_input(args.input, registry)
+    show_progress = not args.quiet and err.is_terminal
+    with _progress(err, show_progress) as progress:
+        report = replay_payload(payload, registry=registry, base_dir=base_dir,
+                                requests_out=Path(args.requests_out) if args.requests_out
+                                else None, progress=progress)
+    text = json.dumps(report, indent=2, sort_keys=True) + "\n"
+    if args.output:
+        _atomic_write(Path(args.output), text)
+    if args.format == "json":
+        sys.stdout.write(text)
+    else:
+        out.print(report_summary(report))
+        out.print(report_table(report))
+        if args.output:
+            err.print(f"wrote {args.output}")
+    return EXIT_OK
+
+
+class _progress:
+    """A transient progress bar over virtual time on stderr (no-op when disabled)."""
+
+    def __init__(self, console: Console, enabled: bool) -> None:
+        self.console, self.enabled = console, enabled
+        self._bar: Any = None
+        self._task: Any = None
+        self._last = 0.0
+
+    def __enter__(self) -> Any:
+        if not self.enabled:
+            return None
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        self._bar = Progress(SpinnerColumn(), TextColumn("replaying: {task.description}"),
+                             TimeElapsedColumn(), console=self.console, transient=True)
+        self._bar.__enter__()
+        self._task = self._bar.add_task("t = 0 s", total=None)
+        return self._update
+
+    def _update(self, virtual_ms: float) -> None:
+        now = time.monotonic()
+        if now - self._last > 0.1:
+            self._last = now
+            self._bar.update(self._task, description=f"virtual t = {virtual_ms / 1000:.1f} s")
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(*exc)
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so the file is either complete or untouched."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,213 @@
+"""ParsedConfig: the authored shape of a servesim TOML file.
+
+Every field that has a default is ``None`` here when the user did not write it; the
+resolve pass applies defaults and records whether each value was authored, defaulted
+or derived. Range limits live in field metadata (``limits``) so that one mechanism
+checks them (``passes/parse.py``) and the JSON Schema states them (``schemas``).
+
+TOML key paths equal attribute paths: ``[engine.workers.decode.kv_cache] block_size``
+is ``ParsedConfig.engine.workers.decode.kv_cache.block_size``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import attrs
+
+U64_MAX = 2**64 - 1
+BIG = 2**53  # largest integer every JSON reader represents exactly
+
+
+def limits(lo: float | None = None, hi: float | None = None, *, lo_open: bool = False) -> Any:
+    """An optional field with numeric bounds, checked by the parse pass."""
+    return attrs.field(default=None, metadata={"lo": lo, "hi": hi, "lo_open": lo_open})
+
+
+def positive(hi: float = BIG) -> Any:
+    return limits(1, hi)
+
+
+def nonneg(hi: float = BIG) -> Any:
+    return limits(0, hi)
+
+
+Auto = Literal["auto"]
+Max = Literal["max"]
+Backend = Literal["vllm", "sglang", "trtllm"]
+QuantMode = Literal["auto", "bfloat16", "float16", "fp8", "fp8_block", "nvfp4", "int8", "float32"]
+
+
+@attrs.frozen
+class Parallelism:
+    replicas: int | None = positive(4096)
+    tensor: int | None = positive(1024)
+    pipeline: int | None = positive(1024)
+    attention_data: int | None = positive(1024)
+    moe_tensor: int | None = positive(1024)
+    moe_expert: int | None = positive(1024)
+
+
+@attrs.frozen
+class Scheduler:
+    max_batched_tokens: int | None = positive(2**31)
+    max_sequences: int | None = positive(2**31)
+    prefill_schedule_interval: int | None = positive(2**31)
+    prefill_decode_interval: int | None = nonneg(2**31)
+
+
+@attrs.frozen
+class Capacity:
+    type: Literal["default", "fixed"] | None = None
+    memory_fraction: float | None = limits(0.0, 1.0, lo_open=True)
+    cuda_graph_reserved_bytes: int | None = nonneg(BIG)
+    blocks: int | None = positive(2**40)
+    bytes: int | None = positive(U64_MAX)
+
+
+@attrs.frozen
+class StateCache:
+    """``{}`` infers the state size from the model; ``bytes_per_request`` sets it."""
+
+    bytes_per_request: int | None = positive(U64_MAX)
+    mamba_cache_dtype: Literal["auto", "float16", "bfloat16", "float32"] | None = None
+
+
+@attrs.frozen
+class KvCache:
+    block_size: int | None = positive(2**20)
+    prefix_caching: bool | None = None
+    bytes_per_token: int | Auto | None = positive(2**40)
+    capacity: Capacity | None = None
+    state_cache: StateCache | None = None
+    prefix_match_unit: int | None = positive(2**20)
+    host_offload: dict[str, Any] | None = None  # not supported: diagnosed by the parse pass
+    g3_offload: dict[str, Any] | None = None  # not supported: diagnosed by the parse pass
+
+
+@attrs.frozen
+class Timing:
+    type: Literal["default", "fixed", "polynomial", "table"] | None = None
+    prefill_ms: float | None = nonneg(1e9)
+    decode_ms: float | None = nonneg(1e9)
+    path: str | None = None
+
+
+@attrs.frozen
+class Worker:
+    hardware: str | None = None
+    startup_seconds: float | None = nonneg(1e9)
+    parallelism: Parallelism | None = None
+    scheduler: Scheduler | None = None
+    kv_cache: KvCache | None = None
+    timing: Timing | None = None
+
+
+@attrs.frozen
+class Workers:
+    aggregated: Worker | None = None
+    prefill: Worker | None = None
+    decode: Worker | None = None
+
+
+@attrs.frozen
+class KvTransfer:
+    bytes_per_token: int | Auto | None = positive(2**40)
+    bandwidth_gb_per_second: float | None = limits(0.0, 1e9, lo_open=True)
+    timing_mode: Literal["destination_missing", "full_prompt"] | None = None
+
+
+@attrs.frozen
+class Speculation:
+    kind: Literal["mtp", "ngram"]
+    num_speculative_tokens: int = attrs.field(metadata={"lo": 1, "hi": 5})
+    acceptance_rates: list[float] = attrs.field(metadata={"lo": 0.0, "hi": 1.0})
+    seed: int | None = nonneg(U64_MAX)
+
+
+@attrs.frozen
+class Engine:
+    model: str
+    hardware: str
+    workers: Workers
+    mode: Literal["aggregated", "disaggregated", "afd"] | None = None
+    backend: Backend | None = None
+    backend_version: str | None = None
+    context_length: int | Max | None = positive(2**31)
+    kv_transfer: KvTransfer | None = None
+    speculation: Speculation | None = None
+    nextn: int | None = limits(0, 5)
+    nextn_accepted: float | None = limits(0.0, 5.0)
+    enable_chunked_prefill: bool | None = None
+    kvcache_quant_mode: QuantMode | None = None
+    gemm_quant_mode: QuantMode | None = None
+    afd: dict[str, Any] | None = None  # not supported: diagnosed by the parse pass
+
+
+@attrs.frozen
+class Session:
+    turns: int | None = limits(2, 10_000)
+    shared_prefix_ratio: float | None = limits(0.0, 1.0)
+    prefix_groups: int | None = nonneg(2**31)
+    inter_turn_delay_ms: float | None = nonneg(1e12)
+
+
+@attrs.frozen
+class Source:
+    type: Literal["synthetic", "synthetic-session", "trace"] | None = None
+    input_tokens: int | None = positive(2**24)
+    output_tokens: int | None = nonneg(2**24)
+    cached_prefix_tokens: int | None = nonneg(2**24)
+    new_input_tokens_per_turn: int | None = positive(2**24)
+    output_tokens_per_turn: int | None = nonneg(2**24)
+    session: Session | None = None
+    paths: list[str] | None = None
+    format: Literal["mooncake"] | None = None
+    block_size: int | None = positive(2**20)
+
+
+@attrs.frozen
+class Load:
+    type: Literal["concurrency", "poisson", "constant_rate", "trace_timestamps"] | None = None
+    concurrency: int | None = positive(2**20)
+    requests_per_second: float | None = limits(0.0, 1e7, lo_open=True)
+    sessions_per_second: float | None = limits(0.0, 1e7, lo_open=True)
+    seed: int | None = nonneg(U64_MAX)
+    speedup: float | None = limits(0.0, 1e6, lo_open=True)
+
+
+@attrs.frozen
+class Stop:
+    requests: int | None = positive(2**31)
+    requests_per_load_unit: float | None = limits(0.0, 1e9, lo_open=True)
+    sessions: int | None = positive(2**31)
+    sessions_per_load_unit: float | None = limits(0.0, 1e9, lo_open=True)
+    max_virtual_time_seconds: float | None = limits(0.0, 1e9, lo_open=True)
+
+
+@attrs.frozen
+class Traffic:
+    source: Source | None = None
+    load: Load | None = None
+    stop: Stop | None = None
+
+
+@attrs.frozen
+class Sla:
+    ttft_ms: float | None = limits(0.0, 1e12, lo_open=True)
+    itl_ms: float | None = limits(0.0, 1e12, lo_open=True)
+    e2e_ms: float | None = limits(0.0, 1e12, lo_open=True)
+
+
+@attrs.frozen
+class Evaluation:
+    sla: Sla | None = None
+
+
+@attrs.frozen
+class ParsedConfig:
+    """Stage 1 output: the TOML document, typed, with only authored values set."""
+
+    engine: Engine
+    traffic: Traffic | None = None
+    evaluation: Evaluation | None = None

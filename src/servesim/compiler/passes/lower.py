@@ -1,0 +1,39 @@
+"""Pass 4: lower.
+
+Requires: a :class:`ValidatedConfig`.
+Establishes: a versioned :class:`Payload` for the engine the mode selects, accepted by
+that engine's own payload check (the same shared rules plus anything engine-specific).
+The engine is looked up in the plugin registry, so the compiler names no engine class.
+"""
+
+from __future__ import annotations
+
+from servesim import __version__
+from servesim.compiler.context import CompileContext
+from servesim.compiler.model.resolved import ValidatedConfig
+from servesim.errors import CompileError, Diagnostic
+from servesim.payload import Payload
+
+
+def lower(cfg: ValidatedConfig, ctx: CompileContext) -> Payload:
+    r = cfg.resolved
+    provenance = {
+        "state_cache": {name: meta.get("state_cache", {"source": "disabled"})
+                        for name, meta in r.metadata.items()},
+        "capacity": {name: meta["capacity"] for name, meta in r.metadata.items()
+                     if "capacity" in meta},
+    }
+    payload = Payload(engine=r.engine, mode=r.mode, roles=dict(r.roles), workload=r.workload,
+                      kv_transfer=r.kv_transfer, sla=r.sla, provenance=provenance,
+                      servesim_version=__version__)
+    if ctx.registry is not None:
+        engine = ctx.registry.get(r.engine)
+        if engine is None:
+            raise CompileError([Diagnostic(
+                code="unknown-engine", path=("engine", "mode"), stage="lower",
+                message=f"no engine named {r.engine!r} is registered (registered: "
+                f"{', '.join(sorted(ctx.registry.names())) or 'none'})")])
+        diags = engine.validate_payload(payload)
+        if diags:
+            raise CompileError(diags)
+    return payload

@@ -1,0 +1,289 @@
+"""Pass 1: parse.
+
+Requires: a TOML document (:class:`SourceText`).
+Establishes: a :class:`ParsedConfig` whose values have the right types and ranges and
+whose *authored shape* is consistent (roles match the mode, capacity keys match the
+capacity type, load keys match the load type, ...). Rules that need resolved geometry
+run later, in :mod:`servesim.rules`.
+
+Example: ``[engine] model = "Qwen/Qwen3-32B"`` with ``hardware = "h200_sxm"`` and
+``[engine.workers.aggregated]`` parses; the same with ``[engine.workers.decode]`` added
+fails with ``engine.workers: aggregated mode rejects prefill/decode workers``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from servesim.compiler.context import CompileContext
+from servesim.converter import check_limits, make_converter, structure
+from servesim.compiler.model.parsed import (
+    Capacity,
+    Engine,
+    KvCache,
+    ParsedConfig,
+    Timing,
+    Traffic,
+    Worker,
+)
+from servesim.compiler.source import SourceText, load_toml
+from servesim.errors import CompileError, Diagnostic, Path
+
+
+def parse(source: SourceText, ctx: CompileContext) -> ParsedConfig:
+    """Parse and type-check a config document; raise CompileError with every problem."""
+    data = load_toml(source)
+    cfg, diags = structure(make_converter(), data, ParsedConfig)
+    if cfg is None:
+        raise CompileError([_staged(d) for d in diags])
+    diags = check_limits(cfg) + list(check_shape(cfg))
+    if diags:
+        raise CompileError([_staged(d) for d in diags])
+    return cfg
+
+
+def _staged(d: Diagnostic) -> Diagnostic:
+    from attrs import evolve
+
+    return evolve(d, stage="parse")
+
+
+def _d(code: str, path: Path, message: str, hint: str | None = None) -> Diagnostic:
+    return Diagnostic(code=code, message=message, path=path, hint=hint)
+
+
+def check_shape(cfg: ParsedConfig) -> Iterator[Diagnostic]:
+    """Rules on the authored shape of the document (spec V1-V7, V15-V20, V35, V38, V46, V49-V53)."""
+    yield from _engine(cfg.engine)
+    yield from _traffic(cfg.traffic)
+    sla = cfg.evaluation.sla if cfg.evaluation else None
+    if sla is not None and sla.e2e_ms is not None and (sla.ttft_ms is not None
+                                                       or sla.itl_ms is not None):
+        yield _d("sla-exclusive", ("evaluation", "sla", "e2e_ms"),
+                 "e2e_ms is mutually exclusive with ttft_ms and itl_ms")
+
+
+def _engine(e: Engine) -> Iterator[Diagnostic]:
+    root: Path = ("engine",)
+    for key in ("model", "hardware"):
+        if not getattr(e, key).strip():
+            yield _d("empty-value", (*root, key), "value must be nonempty")
+    if e.hardware.strip() == "auto":
+        yield _d("not-supported", ("engine", "hardware"),
+                 "'auto' hardware is recommendation-only and not supported; name one GPU, "
+                 "e.g. \"h200_sxm\"")
+    mode = e.mode or "aggregated"
+    if mode == "afd" or e.afd is not None:
+        path = (*root, "afd") if e.afd is not None else (*root, "mode")
+        yield _d("not-supported", path, "attention-FFN disaggregation (afd) is not supported; "
+                 "use mode = \"aggregated\" or \"disaggregated\"")
+    w = e.workers
+    roles = {name: getattr(w, name) for name in ("aggregated", "prefill", "decode")}
+    if mode == "aggregated":
+        if roles["aggregated"] is None:
+            yield _d("missing-role", (*root, "workers", "aggregated"),
+                     "aggregated mode requires workers.aggregated",
+                     "add an [engine.workers.aggregated] table (it may be empty)")
+        if roles["prefill"] is not None or roles["decode"] is not None:
+            yield _d("role-mode-mismatch", (*root, "workers"),
+                     "aggregated mode rejects prefill/decode workers",
+                     "set engine.mode = \"disaggregated\" or remove them")
+        if e.kv_transfer is not None:
+            yield _d("role-mode-mismatch", (*root, "kv_transfer"),
+                     "aggregated mode rejects kv_transfer")
+    elif mode == "disaggregated":
+        if roles["prefill"] is None or roles["decode"] is None:
+            missing = [r for r in ("prefill", "decode") if roles[r] is None]
+            yield _d("missing-role", (*root, "workers", missing[0]),
+                     "disaggregated mode requires prefill and decode workers")
+        if roles["aggregated"] is not None:
+            yield _d("role-mode-mismatch", (*root, "workers", "aggregated"),
+                     "disaggregated mode rejects aggregated workers")
+    for name, worker in roles.items():
+        if worker is not None:
+            yield from _worker(name, worker, mode, (*root, "workers", name))
+    yield from _speculation(e)
+
+
+def _worker(name: str, w: Worker, mode: str, path: Path) -> Iterator[Diagnostic]:
+    if w.hardware is not None:
+        if mode != "disaggregated" or name == "aggregated":
+            yield _d("hardware-override", (*path, "hardware"),
+                     "worker hardware overrides require prefill/decode workers in "
+                     "disaggregated mode")
+        elif w.hardware != w.hardware.strip() or w.hardware.strip() in ("", "auto"):
+            yield _d("hardware-override", (*path, "hardware"),
+                     "must be one concrete nonempty hardware identifier, got "
+                     f"{w.hardware!r}")
+    if w.kv_cache is not None:
+        yield from _kv_cache(w.kv_cache, (*path, "kv_cache"))
+    yield from _timing(w.timing or Timing(), (*path, "timing"))
+
+
+def _kv_cache(kv: KvCache, path: Path) -> Iterator[Diagnostic]:
+    for key in ("host_offload", "g3_offload"):
+        if getattr(kv, key) is not None:
+            yield _d("not-supported", (*path, key),
+                     f"{key} (G2/G3 KV offload) is not supported; remove it")
+    cap = kv.capacity or Capacity()
+    cpath = (*path, "capacity")
+    if cap.type == "fixed":
+        if cap.blocks is None and cap.bytes is None:
+            yield _d("capacity-fixed", cpath, "fixed KV capacity requires blocks or bytes")
+        if cap.blocks is not None and cap.bytes is not None:
+            yield _d("capacity-fixed", cpath, "fixed KV capacity accepts only one of blocks "
+                     "or bytes")
+        if cap.memory_fraction is not None:
+            yield _d("capacity-fixed", (*cpath, "memory_fraction"),
+                     "fixed KV capacity rejects memory_fraction")
+        if cap.cuda_graph_reserved_bytes not in (None, 0):
+            yield _d("capacity-fixed", (*cpath, "cuda_graph_reserved_bytes"),
+                     "fixed KV capacity rejects cuda_graph_reserved_bytes")
+    elif cap.blocks is not None or cap.bytes is not None:
+        key = "blocks" if cap.blocks is not None else "bytes"
+        yield _d("capacity-default", (*cpath, key),
+                 "default KV capacity rejects blocks or bytes",
+                 "set capacity.type = \"fixed\" to give the pool size")
+    sc = kv.state_cache
+    manual = sc is not None and sc.bytes_per_request is not None
+    if cap.bytes is not None or manual:
+        why = "manual state_cache" if manual else "fixed KV capacity in bytes"
+        if kv.block_size is None and not (sc is not None and not manual):
+            yield _d("manual-geometry", (*path, "block_size"),
+                     f"manual KV capacity requires explicit positive block_size ({why})")
+        if (kv.bytes_per_token is None or kv.bytes_per_token == "auto") and not (
+                sc is not None and not manual):
+            yield _d("manual-geometry", (*path, "bytes_per_token"),
+                     f"manual KV capacity requires explicit positive bytes_per_token ({why})")
+    if sc is not None and cap.type != "fixed":
+        yield _d("state-cache-capacity", (*path, "state_cache"),
+                 "state_cache requires fixed capacity (blocks or bytes)",
+                 "set capacity = { type = \"fixed\", blocks = N }")
+
+
+def _timing(t: Timing, path: Path) -> Iterator[Diagnostic]:
+    kind = t.type or "default"
+    has_fixed = t.prefill_ms is not None or t.decode_ms is not None
+    if kind == "fixed" and (t.prefill_ms is None or t.decode_ms is None):
+        yield _d("timing-fixed", path, "fixed timing requires prefill_ms and decode_ms")
+    if kind != "fixed" and has_fixed:
+        yield _d("timing-fixed", path, f"{kind} timing rejects fixed timing values "
+                 "(prefill_ms, decode_ms)")
+    if kind == "table" and t.path is None:
+        yield _d("timing-table", (*path, "path"), "table timing requires path (a CSV file)")
+    if kind != "table" and t.path is not None:
+        yield _d("timing-table", (*path, "path"), f"{kind} timing rejects path")
+
+
+def _speculation(e: Engine) -> Iterator[Diagnostic]:
+    root: Path = ("engine",)
+    nextn = e.nextn or 0
+    if e.speculation is not None:
+        s = e.speculation
+        if len(s.acceptance_rates) != s.num_speculative_tokens:
+            yield _d("speculation-rates", (*root, "speculation", "acceptance_rates"),
+                     "acceptance_rates must contain one conditional probability per "
+                     f"speculative token: {s.num_speculative_tokens} expected, got "
+                     f"{len(s.acceptance_rates)}")
+        if nextn > 0:
+            yield _d("speculation-nextn", (*root, "nextn"),
+                     "speculation cannot be combined with nextn")
+    if nextn > 0 and e.nextn_accepted is None:
+        yield _d("nextn-accepted", (*root, "nextn_accepted"),
+                 "nextn requires explicit nextn_accepted")
+    if e.nextn_accepted is not None and not 0 <= e.nextn_accepted <= nextn:
+        yield _d("nextn-accepted", (*root, "nextn_accepted"),
+                 f"nextn_accepted must be within [0, nextn] = [0, {nextn}], got "
+                 f"{e.nextn_accepted}")
+
+
+def _traffic(t: Traffic | None) -> Iterator[Diagnostic]:
+    if t is None:
+        return
+    from servesim.compiler.model.parsed import Load, Source, Stop
+
+    src, load, stop = t.source or Source(), t.load or Load(), t.stop or Stop()
+    stype = src.type or "synthetic"
+    ltype = load.type or "concurrency"
+    sp: Path = ("traffic", "source")
+    lp: Path = ("traffic", "load")
+    allowed_src = {
+        "synthetic": {"type", "input_tokens", "output_tokens", "cached_prefix_tokens"},
+        "synthetic-session": {"type", "new_input_tokens_per_turn", "output_tokens_per_turn",
+                              "session"},
+        "trace": {"type", "paths", "format", "block_size"},
+    }[stype]
+    for key in ("input_tokens", "output_tokens", "cached_prefix_tokens",
+                "new_input_tokens_per_turn", "output_tokens_per_turn", "session", "paths",
+                "format", "block_size"):
+        if getattr(src, key) is not None and key not in allowed_src:
+            yield _d("traffic-key", (*sp, key), f"source type {stype!r} does not accept {key}")
+    if stype == "trace":
+        if not src.paths:
+            yield _d("traffic-key", (*sp, "paths"), "trace source requires paths (one file)")
+        elif len(src.paths) != 1:
+            yield _d("traffic-key", (*sp, "paths"),
+                     f"mooncake traces take exactly one path, got {len(src.paths)}")
+        elif not src.paths[0].strip():
+            yield _d("empty-value", (*sp, "paths", 0), "value must be nonempty")
+    if stype == "synthetic" and src.cached_prefix_tokens is not None:
+        isl = src.input_tokens if src.input_tokens is not None else 1024
+        if src.cached_prefix_tokens > isl:
+            yield _d("traffic-value", (*sp, "cached_prefix_tokens"),
+                     f"cached_prefix_tokens must be <= input_tokens ({isl}), got "
+                     f"{src.cached_prefix_tokens}")
+    if src.session is not None and (src.session.shared_prefix_ratio or 0) > 0 and not (
+            src.session.prefix_groups or 0):
+        yield _d("traffic-value", (*sp, "session", "prefix_groups"),
+                 "shared_prefix_ratio > 0 requires prefix_groups > 0")
+    # load
+    load_keys = {
+        "concurrency": {"concurrency"},
+        "poisson": {"requests_per_second", "sessions_per_second", "seed"},
+        "constant_rate": {"requests_per_second", "sessions_per_second"},
+        "trace_timestamps": {"speedup"},
+    }[ltype]
+    for key in ("concurrency", "requests_per_second", "sessions_per_second", "seed", "speedup"):
+        if getattr(load, key) is not None and key not in load_keys:
+            yield _d("traffic-key", (*lp, key), f"load type {ltype!r} does not accept {key}")
+    if stype == "trace" and ltype not in ("trace_timestamps", "concurrency"):
+        yield _d("traffic-load", (*lp, "type"),
+                 "trace load must be trace_timestamps or concurrency")
+    if stype != "trace" and ltype == "trace_timestamps":
+        yield _d("traffic-load", (*lp, "type"),
+                 f"{stype} source rejects trace_timestamps load; use concurrency, poisson or "
+                 "constant_rate")
+    if ltype in ("poisson", "constant_rate"):
+        want = "sessions_per_second" if stype == "synthetic-session" else "requests_per_second"
+        other = ({"requests_per_second", "sessions_per_second"} - {want}).pop()
+        if getattr(load, other) is not None:
+            yield _d("traffic-load", (*lp, other), "rate unit does not match source type "
+                     f"{stype!r}; use {want}")
+        elif getattr(load, want) is None:
+            yield _d("traffic-load", (*lp, want), f"{ltype} load requires {want}")
+    # stop
+    stp: Path = ("traffic", "stop")
+    set_stops = [k for k in ("requests", "requests_per_load_unit", "sessions",
+                             "sessions_per_load_unit", "max_virtual_time_seconds")
+                 if getattr(stop, k) is not None]
+    if stype == "trace":
+        for k in set_stops:
+            if k != "max_virtual_time_seconds":
+                yield _d("traffic-stop", (*stp, k), "trace stop accepts only "
+                         "max_virtual_time_seconds")
+    else:
+        if "max_virtual_time_seconds" in set_stops:
+            yield _d("traffic-stop", (*stp, "max_virtual_time_seconds"),
+                     "max_virtual_time_seconds is trace-only")
+        unit = "sessions" if stype == "synthetic-session" else "requests"
+        counts = [k for k in set_stops if k != "max_virtual_time_seconds"]
+        for k in counts:
+            if not k.startswith(unit):
+                yield _d("traffic-stop", (*stp, k), f"{stype} source stops by {unit} or "
+                         f"{unit}_per_load_unit, not {k}")
+        if len(counts) > 1:
+            yield _d("traffic-stop", stp, "set exactly one count condition, got "
+                     + ", ".join(counts))
+        elif not counts and t.stop is not None:
+            yield _d("traffic-stop", stp, f"{stype} traffic needs exactly one count condition "
+                     f"({unit} or {unit}_per_load_unit)")

@@ -1,0 +1,386 @@
+"""Pass 2: resolve geometry.
+
+Requires: a :class:`ParsedConfig` that passed the parse pass.
+Establishes: a :class:`ResolvedConfig` whose per-role :class:`RoleArgs` hold the values
+each role runs with (spec §3): backend defaults, KV bytes per token from the model,
+pool size per attention-DP rank (fixed or estimated from GPU memory), state-cache
+sizing (manual or inferred, with block-size enlargement), ``max_model_len``, canonical
+speculation, KV-transfer bytes and the workload. Every value gets a provenance entry.
+
+Example: Kimi K3 at TP8 with FP8 KV and a requested ``block_size = 128`` and
+``state_cache = {}`` resolves ``block_size`` to ``1536 = 128 x ceil(814080/73728)``.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path as PathLike
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from servesim import catalog, geometry
+from servesim.compiler.context import CompileContext
+from servesim.compiler.model.parsed import (
+    Capacity,
+    Engine,
+    KvCache,
+    Load,
+    Parallelism,
+    ParsedConfig,
+    Scheduler,
+    Session,
+    Source,
+    Stop,
+    Timing,
+    Traffic,
+    Worker,
+)
+from servesim.compiler.model.resolved import Origin, Provenance, ResolvedConfig
+from servesim.errors import CompileError, Diagnostic, Path, format_path
+from servesim.payload import (
+    KvTransferArgs,
+    RoleArgs,
+    SlaArgs,
+    SpeculationArgs,
+    StateCacheArgs,
+    TimingArgs,
+)
+
+T = TypeVar("T")
+
+DEFAULT_BLOCK_SIZE = {"vllm": 64, "sglang": 1, "trtllm": 32}
+DEFAULT_MEMORY_FRACTION = {"vllm": 0.9, "sglang": 0.88, "trtllm": 0.9}
+INFERRED_STATE_DEFAULT_BLOCK = 64
+
+
+class _Recorder:
+    """Collects provenance and diagnostics while a config resolves."""
+
+    def __init__(self) -> None:
+        self.provenance: dict[str, Provenance] = {}
+        self.diagnostics: list[Diagnostic] = []
+
+    def pick(self, path: Path, authored: T | None, default: T, formula: str | None = None) -> T:
+        """The authored value if set, else ``default`` (recorded as defaulted)."""
+        if authored is not None:
+            self.note(path, "authored")
+            return authored
+        self.note(path, "defaulted", formula)
+        return default
+
+    def note(self, path: Path, origin: Origin, formula: str | None = None) -> None:
+        self.provenance[format_path(path)] = Provenance(origin, formula)
+
+    def fail(self, path: Path, code: str, message: str, hint: str | None = None) -> None:
+        self.diagnostics.append(Diagnostic(code=code, message=message, path=path, hint=hint,
+                                           stage="resolve"))
+
+
+def resolve_geometry(cfg: ParsedConfig, ctx: CompileContext) -> ResolvedConfig:
+    """Resolve every role's geometry and the workload; raise CompileError on failures."""
+    rec = _Recorder()
+    e = cfg.engine
+    mode = "disaggregated" if e.mode == "disaggregated" else "aggregated"
+    rec.pick(("engine", "mode"), e.mode, "aggregated")
+    backend = rec.pick(("engine", "backend"), e.backend, "vllm")
+    model = _lookup(rec, ("engine", "model"), e.model, catalog.load_model)
+    speculation = _speculation(rec, e)
+    roles: dict[str, RoleArgs] = {}
+    metadata: dict[str, Any] = {}
+    for name in ("aggregated", "prefill", "decode"):
+        worker: Worker | None = getattr(e.workers, name)
+        if worker is None:
+            continue
+        path: Path = ("engine", "workers", name)
+        hw_name = worker.hardware or e.hardware
+        rec.pick((*path, "hardware"), worker.hardware, e.hardware, "engine.hardware")
+        gpu = _lookup(rec, (*path, "hardware") if worker.hardware else ("engine", "hardware"),
+                      hw_name, catalog.load_gpu)
+        if model is None or gpu is None:
+            continue
+        role, meta = _resolve_role(rec, name, worker, e, backend, model, gpu, speculation, path)
+        if role is not None:
+            roles[name] = role
+            metadata[name] = meta
+    kv_transfer = _kv_transfer(rec, e, roles) if mode == "disaggregated" else None
+    workload = _workload(rec, cfg.traffic, ctx.base_dir)
+    sla = None
+    if cfg.evaluation is not None and cfg.evaluation.sla is not None:
+        s = cfg.evaluation.sla
+        sla = SlaArgs(ttft_ms=s.ttft_ms, itl_ms=s.itl_ms, e2e_ms=s.e2e_ms)
+    if rec.diagnostics:
+        raise CompileError(rec.diagnostics)
+    return ResolvedConfig(parsed=cfg, engine="disagg" if mode == "disaggregated" else "vllm",
+                          mode=mode, roles=roles, workload=workload, kv_transfer=kv_transfer,
+                          sla=sla, provenance=rec.provenance, metadata=metadata)
+
+
+def _lookup(rec: _Recorder, path: Path, name: str, load: Callable[[str], T]) -> T | None:
+    try:
+        value = load(name)
+    except catalog.CatalogError as exc:
+        rec.fail(path, "unknown-" + path[-1], str(exc))
+        return None
+    rec.note(path, "authored")
+    return value
+
+
+def _speculation(rec: _Recorder, e: Engine) -> SpeculationArgs | None:
+    path: Path = ("engine", "speculation")
+    if e.speculation is not None:
+        s = e.speculation
+        rec.note(path, "authored")
+        return SpeculationArgs(kind=s.kind, num_speculative_tokens=s.num_speculative_tokens,
+                               acceptance_rates=tuple(s.acceptance_rates),
+                               seed=rec.pick((*path, "seed"), s.seed, 42))
+    nextn = e.nextn or 0
+    if nextn == 0 or e.nextn_accepted is None:
+        return None
+    rates = mtp_acceptance_rates(nextn, e.nextn_accepted)
+    rec.note(path, "derived", f"legacy nextn = {nextn}, nextn_accepted = {e.nextn_accepted} "
+             f"-> kind = \"mtp\", acceptance_rates = {list(rates)}")
+    return SpeculationArgs(kind="mtp", num_speculative_tokens=nextn, acceptance_rates=rates,
+                           seed=42)
+
+
+def mtp_acceptance_rates(nextn: int, accepted: float) -> tuple[float, ...]:
+    """Conditional rates for an expected ``accepted`` drafts (spec §4.2).
+
+    >>> mtp_acceptance_rates(3, 2.2)
+    (1.0, 1.0, 0.2)
+    """
+    whole = math.floor(accepted)
+    rates = [1.0] * whole
+    if len(rates) < nextn:
+        rates.append(round(accepted - whole, 12))
+    rates += [0.0] * (nextn - len(rates))
+    return tuple(rates[:nextn])
+
+
+def _resolve_role(rec: _Recorder, name: str, w: Worker, e: Engine, backend: str,
+                  model: catalog.ModelInfo, gpu: catalog.GpuSpec,
+                  speculation: SpeculationArgs | None, path: Path,
+                  ) -> tuple[RoleArgs | None, dict[str, Any]]:
+    par = w.parallelism or Parallelism()
+    pp: Path = (*path, "parallelism")
+    shape = {k: rec.pick((*pp, k), getattr(par, k), 1)
+             for k in ("replicas", "tensor", "pipeline", "attention_data", "moe_tensor",
+                       "moe_expert")}
+    sch = w.scheduler or Scheduler()
+    sp: Path = (*path, "scheduler")
+    max_batched_tokens = rec.pick((*sp, "max_batched_tokens"), sch.max_batched_tokens, 8192)
+    max_sequences = rec.pick((*sp, "max_sequences"), sch.max_sequences,
+                             1 if name == "prefill" else 256,
+                             "1 for the prefill role" if name == "prefill" else None)
+    psi = rec.pick((*sp, "prefill_schedule_interval"), sch.prefill_schedule_interval, 1)
+    pdi = rec.pick((*sp, "prefill_decode_interval"), sch.prefill_decode_interval, 0)
+    chunked = True
+    if name != "decode":
+        chunked = rec.pick((*path, "enable_chunked_prefill"), e.enable_chunked_prefill, True)
+    kv = w.kv_cache or KvCache()
+    kp: Path = (*path, "kv_cache")
+    cap = kv.capacity or Capacity()
+    prefix_caching = rec.pick((*kp, "prefix_caching"), kv.prefix_caching, True)
+    meta: dict[str, Any] = {"state_cache": {"source": "disabled"}}
+    kv_dtype = geometry.kv_dtype_bytes(model, e.kvcache_quant_mode)
+
+    # KV bytes per token and block size (state-cache inference may enlarge the block)
+    sc = kv.state_cache
+    state: StateCacheArgs | None = None
+    if sc is not None and sc.bytes_per_request is None:
+        requested = kv.block_size if kv.block_size is not None else INFERRED_STATE_DEFAULT_BLOCK
+        try:
+            inf = geometry.infer_state_cache(
+                model, tensor=shape["tensor"], pipeline=shape["pipeline"],
+                requested_block_size=requested, kv_dtype_bytes=kv_dtype,
+                bytes_per_token=kv.bytes_per_token if isinstance(kv.bytes_per_token, int)
+                else None,
+                mamba_cache_dtype=sc.mamba_cache_dtype or "auto",
+                num_speculative_tokens=speculation.num_speculative_tokens if speculation else 0)
+        except geometry.GeometryError as exc:
+            rec.fail((*kp, "state_cache"), "state-cache-inference", str(exc))
+            return None, meta
+        block_size, bytes_per_token = inf.block_size, inf.bytes_per_token
+        rec.note((*kp, "block_size"), "derived", inf.block_formula)
+        rec.note((*kp, "bytes_per_token"), "authored" if isinstance(kv.bytes_per_token, int)
+                 else "derived", inf.bytes_per_token_formula)
+        bytes_per_request, raw, source = inf.bytes_per_request, inf.raw_bytes_per_request, \
+            "inferred"
+        rec.note((*kp, "state_cache", "bytes_per_request"), "derived", inf.state_formula)
+    else:
+        block_size = rec.pick((*kp, "block_size"), kv.block_size, DEFAULT_BLOCK_SIZE[backend],
+                              f"{backend} default")
+        if isinstance(kv.bytes_per_token, int):
+            bytes_per_token = kv.bytes_per_token
+            rec.note((*kp, "bytes_per_token"), "authored")
+        else:
+            bytes_per_token, formula = geometry.kv_bytes_per_token(
+                model, tensor=shape["tensor"], pipeline=shape["pipeline"],
+                kv_dtype_bytes=kv_dtype)
+            rec.note((*kp, "bytes_per_token"), "derived", formula)
+        bytes_per_request = sc.bytes_per_request if sc is not None else None
+        raw, source = None, "overridden"
+
+    # pool size per attention-DP rank
+    cpath: Path = (*kp, "capacity")
+    if cap.blocks is not None:
+        num_blocks = cap.blocks
+        rec.note((*kp, "num_gpu_blocks"), "authored", "capacity.blocks")
+    elif cap.bytes is not None:
+        block_bytes = block_size * bytes_per_token
+        num_blocks = cap.bytes // block_bytes
+        rec.note((*kp, "num_gpu_blocks"), "derived",
+                 f"floor({cap.bytes} / ({block_size} x {bytes_per_token})) = {num_blocks}")
+        if num_blocks < 1:
+            rec.fail((*cpath, "bytes"), "capacity-too-small",
+                     f"fixed KV capacity must fit at least one block within u64: {cap.bytes} "
+                     f"bytes < one block of {block_bytes} bytes")
+            return None, meta
+    else:
+        fraction = rec.pick((*cpath, "memory_fraction"), cap.memory_fraction,
+                            DEFAULT_MEMORY_FRACTION[backend], f"{backend} default")
+        try:
+            num_blocks, breakdown, formula = geometry.default_kv_blocks(
+                model, gpu, backend=backend, tensor=shape["tensor"],
+                pipeline=shape["pipeline"], moe_tensor=shape["moe_tensor"],
+                moe_expert=shape["moe_expert"], max_batched_tokens=max_batched_tokens,
+                memory_fraction=fraction,
+                cuda_graph_reserved_bytes=cap.cuda_graph_reserved_bytes or 0,
+                kv_bytes_per_token=bytes_per_token, block_size=block_size,
+                weight_dtype_bytes=geometry.weight_dtype_bytes(model, e.gemm_quant_mode))
+        except geometry.GeometryError as exc:
+            rec.fail(cpath, "no-kv-budget", str(exc),
+                     "use more GPUs per worker (tensor/pipeline), a larger GPU, or a higher "
+                     "memory_fraction")
+            return None, meta
+        rec.note((*kp, "num_gpu_blocks"), "derived", formula)
+        meta["capacity"] = breakdown
+
+    if bytes_per_request is not None:
+        state_blocks, allocated = geometry.manual_state_cache(block_size, bytes_per_token,
+                                                              bytes_per_request)
+        state = StateCacheArgs(bytes_per_request=bytes_per_request, state_blocks=state_blocks,
+                               allocated_bytes_per_request=allocated, source=source,  # type: ignore[arg-type]
+                               raw_bytes_per_request=raw)
+        rec.note((*kp, "state_cache", "state_blocks"), "derived",
+                 f"ceil({bytes_per_request} / ({block_size} x {bytes_per_token})) = "
+                 f"{state_blocks}")
+        meta["state_cache"] = {"source": source, "bytes_per_request": bytes_per_request,
+                               "state_blocks": state_blocks,
+                               "allocated_bytes_per_request": allocated,
+                               "raw_bytes_per_request": raw}
+
+    # context
+    ctx_len = e.context_length if e.context_length is not None else "max"
+    if isinstance(ctx_len, int):
+        max_model_len: int | None = ctx_len
+        rec.note((*path, "max_model_len"), "authored", "engine.context_length")
+    elif backend == "vllm":
+        max_model_len = model.max_position_embeddings
+        rec.note((*path, "max_model_len"), "derived",
+                 f"context_length = \"max\": the model's max_position_embeddings "
+                 f"{max_model_len}")
+    else:
+        max_model_len = None
+        rec.note((*path, "max_model_len"), "defaulted", f"unlimited on {backend}")
+
+    t = w.timing or Timing()
+    timing = TimingArgs(type=rec.pick((*path, "timing", "type"), t.type, "default"),
+                        prefill_ms=t.prefill_ms, decode_ms=t.decode_ms, path=t.path)
+    startup = rec.pick((*path, "startup_seconds"), w.startup_seconds, 0.0)
+    role = RoleArgs(
+        worker_type=name,  # type: ignore[arg-type]
+        backend=backend, model=model.name, hardware=gpu.name, **shape,
+        max_batched_tokens=max_batched_tokens, max_sequences=max_sequences,
+        prefill_schedule_interval=psi, prefill_decode_interval=pdi,
+        enable_chunked_prefill=chunked, block_size=block_size, prefix_caching=prefix_caching,
+        kv_bytes_per_token=bytes_per_token, num_gpu_blocks=num_blocks,
+        max_model_len=max_model_len, prefix_match_unit=kv.prefix_match_unit, state_cache=state,
+        timing=timing, speculation=speculation, startup_seconds=float(startup))
+    return role, meta
+
+
+def _kv_transfer(rec: _Recorder, e: Engine, roles: dict[str, RoleArgs]) -> KvTransferArgs | None:
+    prefill = roles.get("prefill")
+    if prefill is None:
+        return None
+    path: Path = ("engine", "kv_transfer")
+    kt = e.kv_transfer
+    authored_bpt = kt.bytes_per_token if kt is not None else None
+    if isinstance(authored_bpt, int):
+        bpt = authored_bpt
+        rec.note((*path, "bytes_per_token"), "authored")
+    else:
+        bpt = prefill.kv_bytes_per_token
+        rec.note((*path, "bytes_per_token"), "derived",
+                 "the prefill role's resolved kv_cache.bytes_per_token")
+    bandwidth = kt.bandwidth_gb_per_second if kt is not None else None
+    rec.pick((*path, "bandwidth_gb_per_second"), bandwidth, None, "no transfer delay")
+    mode = rec.pick((*path, "timing_mode"), kt.timing_mode if kt else None,
+                    "destination_missing")
+    state_bytes = prefill.state_cache.bytes_per_request if prefill.state_cache else 0
+    return KvTransferArgs(bytes_per_token=bpt, bandwidth_gb_per_second=bandwidth,
+                          timing_mode=mode, state_bytes=state_bytes)
+
+
+def _workload(rec: _Recorder, t: Traffic | None, base_dir: PathLike | None) -> dict[str, Any]:
+    """The resolved traffic: source, load and stop with every default applied."""
+    if t is None:
+        rec.note(("traffic",), "defaulted", "1024/128-token synthetic requests, concurrency "
+                 "10, 100 requests")
+        t = Traffic()
+    src, load, stop = t.source or Source(), t.load or Load(), t.stop or Stop()
+    stype = src.type or "synthetic"
+    source: dict[str, Any] = {"type": stype}
+    if stype == "synthetic":
+        source |= {"input_tokens": src.input_tokens if src.input_tokens is not None else 1024,
+                   "output_tokens": src.output_tokens if src.output_tokens is not None
+                   else 128,
+                   "cached_prefix_tokens": src.cached_prefix_tokens or 0}
+    elif stype == "synthetic-session":
+        s = src.session or Session()
+        source |= {
+            "new_input_tokens_per_turn": src.new_input_tokens_per_turn or 1024,
+            "output_tokens_per_turn": src.output_tokens_per_turn
+            if src.output_tokens_per_turn is not None else 128,
+            "turns": s.turns or 4, "shared_prefix_ratio": float(s.shared_prefix_ratio or 0.0),
+            "prefix_groups": s.prefix_groups or 0,
+            "inter_turn_delay_ms": float(s.inter_turn_delay_ms or 0.0)}
+    else:
+        assert src.paths is not None
+        trace = PathLike(src.paths[0])
+        if base_dir is not None and not trace.is_absolute():
+            trace = base_dir / trace
+        source |= {"path": str(trace), "format": src.format or "mooncake",
+                   "block_size": src.block_size or 512}
+    ltype = load.type or "concurrency"
+    resolved_load: dict[str, Any] = {"type": ltype}
+    unit: float = 1.0
+    if ltype == "concurrency":
+        resolved_load["concurrency"] = load.concurrency or 10
+        unit = resolved_load["concurrency"]
+    elif ltype in ("poisson", "constant_rate"):
+        key = "sessions_per_second" if stype == "synthetic-session" else "requests_per_second"
+        resolved_load[key] = getattr(load, key)
+        unit = resolved_load[key]
+        if ltype == "poisson":
+            resolved_load["seed"] = load.seed if load.seed is not None else 42
+    else:
+        resolved_load["speedup"] = load.speedup or 1.0
+    resolved_stop: dict[str, Any] = {}
+    if stype == "trace":
+        if stop.max_virtual_time_seconds is not None:
+            resolved_stop["max_virtual_time_seconds"] = stop.max_virtual_time_seconds
+    else:
+        count_key = "sessions" if stype == "synthetic-session" else "requests"
+        absolute, relative = getattr(stop, count_key), getattr(stop, f"{count_key}_per_load_unit")
+        if absolute is not None:
+            resolved_stop[count_key] = absolute
+        elif relative is not None:
+            resolved_stop[count_key] = max(1, math.ceil(relative * unit))
+            rec.note(("traffic", "stop", count_key), "derived",
+                     f"ceil({relative} x {unit}) ({count_key}_per_load_unit x load unit)")
+        else:
+            resolved_stop[count_key] = 100
+            rec.note(("traffic", "stop", count_key), "defaulted")
+    return {"source": source, "load": resolved_load, "stop": resolved_stop}

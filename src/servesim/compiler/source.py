@@ -1,0 +1,82 @@
+"""Read a config: bytes -> TOML mapping. Syntax errors become ``file:line:col`` diagnostics."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from servesim.errors import CompileError, Diagnostic
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+MAX_CONFIG_BYTES = 4 * 1024 * 1024
+_LOCATION = re.compile(r"\(at line (\d+), column (\d+)\)")
+
+
+@attrs.frozen
+class SourceText:
+    """A config document and where it came from (``name`` is shown in diagnostics)."""
+
+    text: str
+    name: str = "<config>"
+    base_dir: Path | None = None  # relative trace paths resolve against this
+
+    @classmethod
+    def from_path(cls, path: str | Path) -> SourceText:
+        p = Path(path)
+        try:
+            data = p.read_bytes()
+        except FileNotFoundError:
+            raise CompileError([_diag(str(p), "file not found", "file-not-found")]) from None
+        except IsADirectoryError:
+            raise CompileError([_diag(str(p), "is a directory, expected a TOML file",
+                                      "file-unreadable")]) from None
+        except OSError as exc:
+            raise CompileError([_diag(str(p), f"cannot read: {exc.strerror}",
+                                      "file-unreadable")]) from None
+        return cls.from_bytes(data, name=str(p), base_dir=p.resolve().parent)
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, name: str = "<config>",
+                   base_dir: Path | None = None) -> SourceText:
+        if len(data) > MAX_CONFIG_BYTES:
+            raise CompileError([_diag(name, f"file is {len(data)} bytes; a config may be at "
+                                      f"most {MAX_CONFIG_BYTES} bytes", "file-too-large")])
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise CompileError([_diag(name, f"not UTF-8 text (byte {exc.start})",
+                                      "not-utf8")]) from None
+        return cls(text=text, name=name, base_dir=base_dir)
+
+
+def _diag(location: str, message: str, code: str) -> Diagnostic:
+    return Diagnostic(code=code, message=message, location=location, stage="parse")
+
+
+def load_toml(source: SourceText) -> dict[str, Any]:
+    """Parse TOML text; raise :class:`CompileError` with ``file:line:col`` on bad syntax."""
+    if not source.text.strip():
+        raise CompileError([_diag(source.name, "the file is empty; a config needs at least an "
+                                  "[engine] table with model, hardware and workers",
+                                  "empty-config")])
+    try:
+        return tomllib.loads(source.text)
+    except tomllib.TOMLDecodeError as exc:
+        msg = str(exc)
+        m = _LOCATION.search(msg)
+        line = getattr(exc, "lineno", None) or (int(m.group(1)) if m else None)
+        col = getattr(exc, "colno", None) or (int(m.group(2)) if m else None)
+        text = getattr(exc, "msg", None) or _LOCATION.sub("", msg).strip()
+        where = f"{source.name}:{line}:{col}" if line else source.name
+        raise CompileError([_diag(where, f"invalid TOML: {text}", "toml-syntax")]) from None
+    except RecursionError:
+        raise CompileError([_diag(source.name, "invalid TOML: nesting too deep",
+                                  "toml-syntax")]) from None

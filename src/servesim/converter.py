@@ -1,0 +1,283 @@
+"""The one cattrs converter: mapping -> attrs, strictly, with dotted-path diagnostics.
+
+Strictness follows the TOML the user wrote: an integer field takes only an integer
+(not a bool, a float or a numeric string), a float field takes an integer or a finite
+float, a string field takes only a string, and unknown keys are errors with a
+"did you mean" hint. Range limits are checked afterwards from field metadata
+(:func:`check_limits`), so every problem in a document is reported at once.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import types
+import typing
+from collections.abc import Iterator
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin
+
+import attrs
+import cattrs
+from cattrs.errors import (
+    AttributeValidationNote,
+    ClassValidationError,
+    ForbiddenExtraKeysError,
+    IterableValidationError,
+    IterableValidationNote,
+)
+
+from servesim.errors import Diagnostic, Path, format_path
+
+T = TypeVar("T")
+
+
+class _TypeMismatch(Exception):
+    """Raised by the strict hooks; carries a user-facing message."""
+
+    def __init__(self, message: str, code: str = "wrong-type") -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, bool):
+        return f"boolean {str(value).lower()}"
+    if isinstance(value, int):
+        return f"integer {value}"
+    if isinstance(value, float):
+        return f"float {value!r}"
+    if isinstance(value, str):
+        return f"string {value!r}"
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, list):
+        return "an array"
+    return type(value).__name__
+
+
+def _int(value: Any, _: Any = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _TypeMismatch(f"expected an integer, got {_describe(value)}")
+    return value
+
+
+def _float(value: Any, _: Any = None) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _TypeMismatch(f"expected a number, got {_describe(value)}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise _TypeMismatch(f"expected a finite number, got {value!r}", "not-finite")
+    return float(value)
+
+
+def _str(value: Any, _: Any = None) -> str:
+    if not isinstance(value, str):
+        raise _TypeMismatch(f"expected a string, got {_describe(value)}")
+    return value
+
+
+def _bool(value: Any, _: Any = None) -> bool:
+    if not isinstance(value, bool):
+        raise _TypeMismatch(f"expected true or false, got {_describe(value)}")
+    return value
+
+
+def _literal_values(tp: Any) -> tuple[Any, ...]:
+    return get_args(tp)
+
+
+def _is_union(tp: Any) -> bool:
+    return get_origin(tp) in (Union, types.UnionType)
+
+
+def _union_members(tp: Any) -> list[Any]:
+    return [a for a in get_args(tp) if a is not type(None)]
+
+
+def _choices(values: tuple[Any, ...]) -> str:
+    return ", ".join(f'"{v}"' if isinstance(v, str) else repr(v) for v in values)
+
+
+def _structure_literal(value: Any, tp: Any) -> Any:
+    allowed = _literal_values(tp)
+    if isinstance(value, str) and value in allowed:
+        return value
+    raise _TypeMismatch(f"expected one of {_choices(allowed)}, got {_describe(value)}", "bad-choice")
+
+
+def _structure_scalar_union(value: Any, tp: Any) -> Any:
+    """``int | Literal["auto"]`` and friends: a keyword or a number."""
+    members = _union_members(tp)
+    words: tuple[Any, ...] = ()
+    for m in members:
+        if get_origin(m) is Literal:
+            words += _literal_values(m)
+    if isinstance(value, str):
+        if value in words:
+            return value
+    elif int in members and not isinstance(value, bool) and isinstance(value, int):
+        return value
+    elif float in members and not isinstance(value, bool) and isinstance(value, (int, float)):
+        return _float(value)
+    kinds = " or ".join(["an integer"] * (int in members) + ["a number"] * (float in members))
+    raise _TypeMismatch(f"expected {kinds} or {_choices(words)}, got {_describe(value)}")
+
+
+def _is_scalar_union(tp: Any) -> bool:
+    if not _is_union(tp):
+        return False
+    members = _union_members(tp)
+    return len(members) > 1 and all(m in (int, float) or get_origin(m) is Literal for m in members)
+
+
+def _structure_dict(value: Any, tp: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _TypeMismatch(f"expected a table, got {_describe(value)}")
+    return dict(value)
+
+
+def make_converter() -> cattrs.Converter:
+    conv = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
+    conv.register_structure_hook(int, _int)
+    conv.register_structure_hook(float, _float)
+    conv.register_structure_hook(str, _str)
+    conv.register_structure_hook(bool, _bool)
+    conv.register_structure_hook_func(lambda t: get_origin(t) is Literal, _structure_literal)
+    conv.register_structure_hook_func(_is_scalar_union, _structure_scalar_union)
+    conv.register_structure_hook_func(
+        lambda t: t is dict or get_origin(t) is dict, _structure_dict
+    )
+
+    def list_hook(value: Any, tp: Any) -> list[Any]:
+        if not isinstance(value, list):
+            raise _TypeMismatch(f"expected an array, got {_describe(value)}")
+        (item,) = get_args(tp)
+        out, errors = [], []
+        for i, v in enumerate(value):
+            try:
+                out.append(conv.structure(v, item))
+            except Exception as exc:  # collected below with the index
+                exc.__notes__ = [*getattr(exc, "__notes__", []), IterableValidationNote(
+                    f"@ index {i}", i, item)]
+                errors.append(exc)
+        if errors:
+            raise IterableValidationError(f"While structuring {tp}", errors, tp)
+        return out
+
+    conv.register_structure_hook_func(lambda t: get_origin(t) is list, list_hook)
+    return conv
+
+
+def _field_names(cls: Any) -> list[str]:
+    return [f.name for f in attrs.fields(cls)] if attrs.has(cls) else []
+
+
+def _walk(exc: BaseException, path: Path, cls: Any) -> Iterator[Diagnostic]:
+    if isinstance(exc, ForbiddenExtraKeysError):
+        known = _field_names(exc.cl)
+        for key in sorted(exc.extra_fields):
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f"did you mean '{close[0]}'?" if close else None
+            allowed = ", ".join(known)
+            yield Diagnostic(
+                code="unknown-key",
+                message=f"unknown key '{key}' (allowed here: {allowed})",
+                path=(*path, key),
+                hint=hint,
+            )
+        return
+    if isinstance(exc, (ClassValidationError, IterableValidationError)):
+        sub_cls = getattr(exc, "cl", None)
+        for sub in exc.exceptions:
+            sub_path = path
+            for note in getattr(sub, "__notes__", []):
+                if isinstance(note, AttributeValidationNote):
+                    sub_path = (*path, note.name)
+                elif isinstance(note, IterableValidationNote):
+                    sub_path = (*path, int(note.index))
+            yield from _walk(sub, sub_path, sub_cls)
+        return
+    if isinstance(exc, _TypeMismatch):
+        yield Diagnostic(code=exc.code, message=exc.message, path=path)
+        return
+    if isinstance(exc, KeyError):
+        key = exc.args[0] if exc.args else "?"
+        yield Diagnostic(code="missing-key", message=f"required key '{key}' is missing",
+                         path=path)
+        return
+    if isinstance(exc, TypeError) and "missing" in str(exc):
+        yield Diagnostic(code="missing-key", message=str(exc), path=path)
+        return
+    yield Diagnostic(code="invalid-value", message=str(exc) or type(exc).__name__, path=path)
+
+
+def structure(conv: cattrs.Converter, data: Any, cls: type[T], root: Path = ()) -> tuple[
+        T | None, list[Diagnostic]]:
+    """Structure ``data`` into ``cls``; on failure return every problem as a Diagnostic."""
+    if not isinstance(data, dict):
+        return None, [Diagnostic(code="wrong-type",
+                                 message=f"expected a table, got {_describe(data)}", path=root)]
+    try:
+        return conv.structure(data, cls), []
+    except ClassValidationError as exc:
+        diags = list(_walk(exc, root, cls))
+        return None, _dedupe(diags)
+
+
+def _dedupe(diags: list[Diagnostic]) -> list[Diagnostic]:
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for d in diags:
+        key = (format_path(d.path), d.message)
+        if key not in seen:
+            seen.add(key)
+            out.append(d)
+    return out
+
+
+def check_limits(obj: Any, root: Path = ()) -> list[Diagnostic]:
+    """Check ``lo``/``hi`` metadata of every set numeric field in an attrs tree."""
+    out: list[Diagnostic] = []
+    for f in attrs.fields(type(obj)):
+        value = getattr(obj, f.name)
+        path = (*root, f.name)
+        if value is None:
+            continue
+        if attrs.has(type(value)):
+            out.extend(check_limits(value, path))
+            continue
+        lo, hi = f.metadata.get("lo"), f.metadata.get("hi")
+        if lo is None and hi is None:
+            continue
+        items = list(enumerate(value)) if isinstance(value, list) else [(None, value)]
+        for idx, v in items:
+            if isinstance(v, str) or isinstance(v, bool) or not isinstance(v, (int, float)):
+                continue
+            p = path if idx is None else (*path, idx)
+            bad_lo = lo is not None and (v <= lo if f.metadata.get("lo_open") else v < lo)
+            if bad_lo or (hi is not None and v > hi):
+                out.append(Diagnostic(code="out-of-range", message=_range_message(f.metadata, v),
+                                      path=p))
+    return out
+
+
+def _num(x: float) -> str:
+    if isinstance(x, float) and x.is_integer() and abs(x) < 1e15:
+        x = int(x)
+    if isinstance(x, int) and x >= 2**20:
+        if x & (x + 1) == 0:
+            return f"2^{(x + 1).bit_length() - 1}-1"
+        if x & (x - 1) == 0:
+            return f"2^{x.bit_length() - 1}"
+    return str(x)
+
+
+def _range_message(meta: typing.Mapping[str, Any], v: float) -> str:
+    lo, hi, lo_open = meta.get("lo"), meta.get("hi"), meta.get("lo_open")
+    got = _num(v)
+    if lo is not None and hi is not None:
+        left = "(" if lo_open else "["
+        return f"must be in {left}{_num(lo)}, {_num(hi)}], got {got}"
+    if lo is not None:
+        return f"must be {'>' if lo_open else '>='} {_num(lo)}, got {got}"
+    return f"must be <= {_num(hi)}, got {got}"

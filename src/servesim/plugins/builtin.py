@@ -1,0 +1,47 @@
+"""The built-in engines, registered through the same hook third-party plugins use."""
+
+from __future__ import annotations
+
+from servesim.engines.base import Engine, ReplayResult, Progress, Sink
+from servesim.engines.kernel.requests import Workload
+from servesim.errors import Diagnostic, ReplayError
+from servesim.payload import Payload
+from servesim.plugins.hookspecs import hookimpl
+
+
+class VllmEngine(Engine):
+    """vLLM-style continuous batching on aggregated workers (spec §5)."""
+
+    NAME = "vllm"
+    MODES = ("aggregated",)
+    DESCRIPTION = "vLLM-style continuous batching, chunked prefill, prefix caching"
+
+    def replay(self, payload: Payload, workload: Workload, sink: Sink, *,
+               progress: Progress | None = None) -> ReplayResult:
+        from servesim.engines.vllm.engine import replay_aggregated
+
+        role = payload.roles["aggregated"]
+        stats = replay_aggregated(role, workload, sink, progress=progress)
+        seconds = stats.end_ms / 1000.0
+        return ReplayResult(end_ms=stats.end_ms, gpu_seconds={"aggregated": seconds * role.gpus},
+                            passes=stats.passes)
+
+
+class DisaggEngine(Engine):
+    """Prefill/decode disaggregation with KV transfer (spec §6)."""
+
+    NAME = "disagg"
+    MODES = ("disaggregated",)
+    DESCRIPTION = "prefill pool -> KV transfer -> decode pool"
+
+    def replay(self, payload: Payload, workload: Workload, sink: Sink, *,
+               progress: Progress | None = None) -> ReplayResult:
+        raise ReplayError([Diagnostic(
+            code="engine-not-available", path=("engine", "mode"),
+            message="replay of disaggregated deployments is not available in this version; "
+            "compile, validate and inspect work")])
+
+
+@hookimpl
+def servesim_register_engines() -> list[type[Engine]]:
+    return [VllmEngine, DisaggEngine]

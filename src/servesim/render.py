@@ -1,0 +1,142 @@
+"""Rich renderables for the CLI: diagnostics, stage dumps, the resolved tree, reports.
+
+Only this module and :mod:`servesim.cli` import rich; everything else returns data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import attrs
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+from rich.tree import Tree
+
+from servesim.compiler.model.resolved import Provenance, ResolvedConfig
+from servesim.errors import Diagnostic, format_path
+from servesim.payload import RoleArgs, role_field_path
+
+ORIGIN_STYLE = {"authored": "green", "defaulted": "dim", "derived": "cyan"}
+
+
+def print_diagnostics(console: Console, diagnostics: Iterable[Diagnostic]) -> None:
+    for d in diagnostics:
+        line = Text()
+        line.append("error: ", style="bold red")
+        line.append(f"{d.where}: ", style="bold")
+        line.append(d.message)
+        line.append(f" [{d.code}]", style="dim")
+        console.print(line, highlight=False, soft_wrap=True)
+        if d.hint:
+            console.print(Text("  hint: ", style="yellow") + Text(d.hint), highlight=False,
+                          soft_wrap=True)
+
+
+def _leaf(tree: Tree, key: str, value: Any, prov: Provenance | None) -> None:
+    label = Text(f"{key} = ")
+    label.append(_fmt(value), style="bold")
+    if prov is not None:
+        label.append(f"  ({prov.origin}", style=ORIGIN_STYLE[prov.origin])
+        if prov.formula:
+            label.append(f": {prov.formula}", style=ORIGIN_STYLE[prov.origin])
+        label.append(")", style=ORIGIN_STYLE[prov.origin])
+    tree.add(label)
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, tuple):
+        return "[" + ", ".join(_fmt(v) for v in value) + "]"
+    if value is None:
+        return "none"
+    return str(value)
+
+
+def resolved_tree(cfg: ResolvedConfig) -> Tree:
+    """Every resolved field, marked authored / defaulted / derived (with its formula)."""
+    prov = cfg.provenance
+    root = Tree(Text(f"engine  (mode {cfg.mode}, engine {cfg.engine})", style="bold"))
+    for name, role in cfg.roles.items():
+        node = root.add(Text(f"workers.{name}", style="bold"))
+        _role_tree(node, name, role, prov)
+    if cfg.kv_transfer is not None:
+        node = root.add(Text("kv_transfer", style="bold"))
+        for f in attrs.fields(type(cfg.kv_transfer)):
+            _leaf(node, f.name, getattr(cfg.kv_transfer, f.name),
+                  prov.get(f"engine.kv_transfer.{f.name}"))
+    traffic = root.add(Text("traffic", style="bold"))
+    for section, values in cfg.workload.items():
+        sub = traffic.add(section)
+        for key, value in values.items():
+            _leaf(sub, key, value, prov.get(f"traffic.{section}.{key}"))
+    if cfg.sla is not None:
+        sla = root.add(Text("evaluation.sla", style="bold"))
+        for f in attrs.fields(type(cfg.sla)):
+            if getattr(cfg.sla, f.name) is not None:
+                _leaf(sla, f.name, getattr(cfg.sla, f.name), Provenance("authored"))
+    return root
+
+
+def _role_tree(node: Tree, role: str, r: RoleArgs, prov: Mapping[str, Provenance]) -> None:
+    sections: dict[str, Tree] = {}
+    for f in attrs.fields(RoleArgs):
+        value = getattr(r, f.name)
+        path = role_field_path(role, f.name)
+        parent = node
+        if len(path) == 5:
+            section = path[3]
+            if section not in sections:
+                sections[section] = node.add(section)
+            parent = sections[section]
+        key = path[-1]
+        if attrs.has(type(value)):
+            sub = parent.add(key)
+            for g in attrs.fields(type(value)):
+                if getattr(value, g.name) is None:
+                    continue
+                _leaf(sub, g.name, getattr(value, g.name),
+                      prov.get(f"{format_path(path)}.{g.name}")
+                      or prov.get(format_path(path)))
+            continue
+        _leaf(parent, key, value, prov.get(format_path(path)))
+
+
+def report_table(report: Mapping[str, Any]) -> Table:
+    """The terminal summary of a replay report."""
+    table = Table(title="servesim replay", show_header=True, header_style="bold")
+    table.add_column("metric")
+    for col in ("mean", "median", "p90", "p99", "max"):
+        table.add_column(col, justify="right")
+    for name, label in (("ttft", "TTFT (ms)"), ("ttst", "TTST (ms)"), ("tpot", "TPOT (ms)"),
+                        ("itl", "ITL (ms)"), ("e2e_latency", "E2E (ms)")):
+        row = [f"{report.get(f'{k}_{name}_ms', 0.0):.2f}"
+               for k in ("mean", "median", "p90", "p99", "max")]
+        table.add_row(label, *row)
+    return table
+
+
+def report_summary(report: Mapping[str, Any]) -> Table:
+    table = Table(show_header=False, box=None)
+    table.add_column("key", style="bold")
+    table.add_column("value", justify="right")
+    rows = [
+        ("completed requests", f"{report.get('completed_requests', 0)} / "
+                               f"{report.get('num_requests', 0)}"),
+        ("duration (s)", f"{report.get('duration_ms', 0.0) / 1000:.2f}"),
+        ("request throughput (req/s)", f"{report.get('request_throughput_rps', 0.0):.3f}"),
+        ("output throughput (tok/s)", f"{report.get('output_throughput_tok_s', 0.0):.1f}"),
+        ("total throughput (tok/s)", f"{report.get('total_throughput_tok_s', 0.0):.1f}"),
+        ("prefix cache reused", f"{report.get('prefix_cache_reused_ratio', 0.0):.3f}"),
+        ("GPU hours", f"{report.get('gpu_hours', 0.0):.4f}"),
+    ]
+    if "goodput_completed_requests" in report:
+        rows.append(("goodput (req/s)", f"{report['goodput_request_throughput_rps']:.3f}"))
+    rows.append(("simulator wall time (ms)", f"{report.get('wall_time_ms', 0.0):.0f}"))
+    for k, v in rows:
+        table.add_row(k, v)
+    return table

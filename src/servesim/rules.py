@@ -1,0 +1,228 @@
+"""Cross-layer rules over resolved engine arguments, shared by compiler and engines.
+
+Each rule is a pure function of resolved values (:class:`RoleArgs`, the mode, the KV
+transfer) that yields :class:`Diagnostic` values. The compiler's validate pass runs
+:func:`check_deployment` on the resolved config; every engine runs the same function
+on a payload it is handed (a payload may be written by hand, bypassing the compiler).
+There is no second copy of any rule.
+
+Paths name the config key that carries the value, so a diagnostic reads the same at
+compile time and at engine handoff, e.g.
+``engine.workers.decode.kv_cache.prefix_match_unit: must divide the resolved block_size 1536, got 1000``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Mapping
+
+from servesim.errors import Diagnostic, Path
+from servesim.payload import KvTransferArgs, RoleArgs
+
+RoleRule = Callable[[RoleArgs, Path], Iterator[Diagnostic]]
+
+
+def _d(code: str, path: Path, message: str, hint: str | None = None) -> Diagnostic:
+    return Diagnostic(code=code, message=message, path=path, hint=hint, stage="validate")
+
+
+def role_path(role: str) -> Path:
+    return ("engine", "workers", role)
+
+
+def positive_limits(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
+    """Engine invariants (spec V55): sizes and limits are positive."""
+    for section, key in (("kv_cache", "num_gpu_blocks"), ("kv_cache", "block_size"),
+                         ("kv_cache", "bytes_per_token"), ("scheduler", "max_sequences"),
+                         ("scheduler", "max_batched_tokens"),
+                         ("scheduler", "prefill_schedule_interval"),
+                         ("parallelism", "replicas"), ("parallelism", "tensor"),
+                         ("parallelism", "pipeline"), ("parallelism", "attention_data")):
+        attr = "kv_bytes_per_token" if key == "bytes_per_token" else key
+        value = getattr(r, attr)
+        if value < 1:
+            yield _d("not-positive", (*path, section, key), f"must be positive, got {value}")
+    if r.max_model_len is not None and r.max_model_len < 1:
+        yield _d("not-positive", ("engine", "context_length"),
+                 f"must be positive, got {r.max_model_len}")
+    if r.prefill_decode_interval < 0:
+        yield _d("negative", (*path, "scheduler", "prefill_decode_interval"),
+                 f"must be >= 0, got {r.prefill_decode_interval}")
+
+
+def backend_fields(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
+    """Backend-specific fields (spec V10-V12)."""
+    if r.backend not in ("vllm", "sglang", "trtllm"):
+        yield _d("unknown-backend", ("engine", "backend"),
+                 f"expected one of \"vllm\", \"sglang\", \"trtllm\", got {r.backend!r}")
+        return
+    if r.backend != "sglang" and r.block_size < 2:
+        yield _d("block-size-too-small", (*path, "kv_cache", "block_size"),
+                 f"vLLM/TRT-LLM require block_size >= 2, got {r.block_size}",
+                 "SGLang is the only backend with single-token pages")
+    if r.prefill_schedule_interval != 1 and r.backend != "vllm":
+        yield _d("backend-field", (*path, "scheduler", "prefill_schedule_interval"),
+                 f"prefill_schedule_interval is supported only for backend=vllm, got "
+                 f"backend={r.backend}")
+    if r.prefill_decode_interval != 0 and r.backend != "sglang":
+        yield _d("backend-field", (*path, "scheduler", "prefill_decode_interval"),
+                 f"prefill_decode_interval is supported only for backend=sglang, got "
+                 f"backend={r.backend}")
+    if not r.enable_chunked_prefill and r.backend == "sglang":
+        yield _d("backend-field", ("engine", "enable_chunked_prefill"),
+                 "enable_chunked_prefill = false is not supported for backend=sglang")
+
+
+def timing_values(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
+    """Fixed timing needs both step times (spec V15, V57)."""
+    t = r.timing
+    tp = (*path, "timing")
+    if t.type == "fixed":
+        for key in ("prefill_ms", "decode_ms"):
+            v = getattr(t, key)
+            if v is None:
+                yield _d("timing-fixed", tp, "fixed timing requires prefill_ms and decode_ms")
+                return
+            if not math.isfinite(v) or v < 0:
+                yield _d("timing-fixed", (*tp, key), f"must be a finite number >= 0, got {v}")
+    elif t.prefill_ms is not None or t.decode_ms is not None:
+        yield _d("timing-fixed", tp, f"{t.type} timing rejects fixed timing values "
+                 "(prefill_ms, decode_ms)")
+
+
+def state_cache_geometry(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
+    """State cache needs vLLM and room for one token block plus one state (V22, V23, V25)."""
+    sc = r.state_cache
+    kp = (*path, "kv_cache")
+    if sc is None:
+        return
+    if r.backend != "vllm":
+        yield _d("state-cache-backend", (*kp, "state_cache"),
+                 f"state_cache requires backend=vllm, got backend={r.backend}")
+    if r.block_size < 2:
+        yield _d("state-cache-block", (*kp, "block_size"),
+                 "state_cache requires block_size at least two for vLLM")
+    block_bytes = r.block_size * r.kv_bytes_per_token
+    needed = -(-sc.bytes_per_request // block_bytes) if block_bytes > 0 else 0
+    if needed != sc.state_blocks:
+        yield _d("state-cache-blocks", (*kp, "state_cache", "state_blocks"),
+                 f"must be ceil(bytes_per_request / block bytes) = ceil({sc.bytes_per_request}"
+                 f" / {block_bytes}) = {needed}, got {sc.state_blocks}")
+    if r.num_gpu_blocks < sc.state_blocks + 1:
+        yield _d("state-cache-capacity", (*kp, "capacity"),
+                 "state_cache capacity must fit one token block and one request state: "
+                 f"{r.num_gpu_blocks} blocks of {r.block_size} tokens < {sc.state_blocks} state "
+                 f"blocks + 1", "raise capacity.blocks or capacity.bytes")
+
+
+def prefix_match_unit(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
+    """``prefix_match_unit`` against the block size the role resolves to (V27-V30).
+
+    Without speculation any positive divisor of the resolved block size is allowed.
+    With speculation (ngram or MTP, canonical or legacy form) only a unit equal to the
+    resolved block size is allowed: a sub-block checkpoint would need the drafter's
+    hidden state inside a block.
+    """
+    unit = r.prefix_match_unit
+    if unit is None:
+        return
+    up = (*path, "kv_cache", "prefix_match_unit")
+    if r.state_cache is None:
+        yield _d("prefix-match-unit-requires-state-cache", up,
+                 "prefix_match_unit currently requires state_cache")
+        return
+    if unit < 1 or r.block_size % unit != 0:
+        yield _d("prefix-match-unit-not-divisor", up,
+                 "prefix_match_unit must be a positive divisor of the resolved block_size "
+                 f"{r.block_size}, got {unit}")
+        return
+    if r.speculation is not None and unit != r.block_size:
+        yield _d("prefix-match-unit-speculation", up,
+                 "prefix_match_unit does not support speculative decoding (speculation or "
+                 f"nextn > 0) unless it equals the resolved block_size {r.block_size}, got "
+                 f"{unit}", f"set prefix_match_unit = {r.block_size} or remove it")
+
+
+def speculation(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
+    """Speculative decoding parameters (V34, V36, V39)."""
+    s = r.speculation
+    if s is None:
+        return
+    sp = ("engine", "speculation")
+    if not 1 <= s.num_speculative_tokens <= 5:
+        yield _d("speculation-tokens", (*sp, "num_speculative_tokens"),
+                 f"must be in [1, 5], got {s.num_speculative_tokens}")
+    if len(s.acceptance_rates) != s.num_speculative_tokens:
+        yield _d("speculation-rates", (*sp, "acceptance_rates"),
+                 "acceptance_rates must contain one conditional probability per speculative "
+                 f"token: {s.num_speculative_tokens} expected, got {len(s.acceptance_rates)}")
+    for i, rate in enumerate(s.acceptance_rates):
+        if not (math.isfinite(rate) and 0.0 <= rate <= 1.0):
+            yield _d("speculation-rates", (*sp, "acceptance_rates", i),
+                     f"must be in [0, 1], got {rate}")
+    if s.kind == "ngram" and r.backend != "vllm":
+        yield _d("speculation-backend", (*sp, "kind"),
+                 "ngram speculation requires vllm aggregated/disaggregated language workers, "
+                 f"got backend={r.backend}")
+
+
+ROLE_RULES: tuple[RoleRule, ...] = (
+    positive_limits, backend_fields, timing_values, state_cache_geometry, prefix_match_unit,
+    speculation,
+)
+
+
+def check_deployment(mode: str, roles: Mapping[str, RoleArgs],
+                     kv_transfer: KvTransferArgs | None = None) -> list[Diagnostic]:
+    """Run every rule on every role and across roles; return all diagnostics."""
+    out: list[Diagnostic] = []
+    expected = {"aggregated": {"aggregated"}, "disaggregated": {"prefill", "decode"}}.get(mode)
+    if expected is None:
+        return [_d("unknown-mode", ("engine", "mode"),
+                   f"expected \"aggregated\" or \"disaggregated\", got {mode!r}")]
+    if set(roles) != expected:
+        out.append(_d("role-mode-mismatch", ("engine", "workers"),
+                      f"{mode} mode requires workers {sorted(expected)}, got {sorted(roles)}"))
+    for name, role in roles.items():
+        path = role_path(name)
+        if role.worker_type != name:
+            out.append(_d("role-mismatch", (*path, "worker_type"),
+                          f"must be {name!r}, got {role.worker_type!r}"))
+        for rule in ROLE_RULES:
+            out.extend(rule(role, path))
+    if mode == "disaggregated" and expected <= set(roles):
+        out.extend(_pd_rules(roles["prefill"], roles["decode"], kv_transfer))
+    # a rule about the deployment applies once, not once per role
+    seen: set[tuple[str, str]] = set()
+    unique = []
+    for d in out:
+        key = (repr(d.path), d.message)
+        if key not in seen:
+            seen.add(key)
+            unique.append(d)
+    return unique
+
+
+def _pd_rules(prefill: RoleArgs, decode: RoleArgs,
+              kv_transfer: KvTransferArgs | None) -> Iterator[Diagnostic]:
+    """Prefill/decode pairing (V9, V25 [newer], V47, V48)."""
+    if prefill.backend != decode.backend:
+        yield _d("pd-backend", ("engine", "backend"),
+                 "prefill and decode must use the same backend, got "
+                 f"{prefill.backend} and {decode.backend}")
+    if (prefill.state_cache is None) != (decode.state_cache is None):
+        missing = "prefill" if prefill.state_cache is None else "decode"
+        yield _d("pd-state-cache", (*role_path(missing), "kv_cache", "state_cache"),
+                 "a disaggregated state_cache requires it on both prefill and decode workers")
+    if kv_transfer is not None:
+        tp = ("engine", "kv_transfer")
+        if kv_transfer.bytes_per_token < 1:
+            yield _d("not-positive", (*tp, "bytes_per_token"),
+                     f"must be positive, got {kv_transfer.bytes_per_token}")
+        bw = kv_transfer.bandwidth_gb_per_second
+        if bw is not None and not (math.isfinite(bw) and bw > 0):
+            yield _d("not-positive", (*tp, "bandwidth_gb_per_second"),
+                     f"must be a finite number > 0 (omit it for no transfer delay), got {bw}")
+        if kv_transfer.state_bytes < 0:
+            yield _d("negative", (*tp, "state_bytes"),
+                     f"must be >= 0, got {kv_transfer.state_bytes}")
