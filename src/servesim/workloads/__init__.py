@@ -1,1 +1,133 @@
+"""Workloads: synthetic requests, synthetic sessions and Mooncake traces, with arrivals.
 
+``build_workload(spec)`` turns the resolved workload dict of a payload into an object
+implementing the kernel :class:`~servesim.engines.kernel.requests.Workload` protocol.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from servesim.errors import Diagnostic, WorkloadError
+from servesim.workloads.driver import (
+    ArrivalPlan,
+    ClosedLoop,
+    OpenLoop,
+    Session,
+    SessionWorkload,
+    constant_arrivals,
+    poisson_arrivals,
+)
+from servesim.workloads.mooncake import (
+    MooncakeReader,
+    TraceRow,
+    count_session_rows,
+    iter_trace_rows,
+    trace_sha256,
+    validate_trace,
+)
+from servesim.workloads.spec import (
+    DEFAULT_POISSON_SEED,
+    ConcurrencyLoad,
+    RateLoad,
+    SessionSource,
+    SyntheticSource,
+    TimestampLoad,
+    TraceSource,
+    WorkloadSpec,
+    parse_workload_spec,
+)
+from servesim.workloads.synthetic import synthetic_requests, synthetic_sessions
+from servesim.workloads.trace import trace_sessions
+
+__all__ = [
+    "SessionWorkload",
+    "TraceRow",
+    "WorkloadSpec",
+    "build_workload",
+    "constant_arrivals",
+    "iter_trace_rows",
+    "parse_workload_spec",
+    "poisson_arrivals",
+    "resolve_trace_path",
+    "trace_sha256",
+    "validate_trace",
+]
+
+
+def resolve_trace_path(path: str, base_dir: Path | None = None) -> Path:
+    """A trace path from the workload dict, relative to ``base_dir`` when not absolute."""
+    p = Path(path)
+    if not p.is_absolute() and base_dir is not None:
+        p = base_dir / p
+    return p
+
+
+def _plan(spec: WorkloadSpec) -> ArrivalPlan:
+    load = spec.load
+    if isinstance(load, ConcurrencyLoad):
+        return ClosedLoop(load.concurrency)
+    if isinstance(load, TimestampLoad):
+        return OpenLoop(None)
+    rate, seed = load.rate, load.seed
+    if load.kind == "poisson":
+        return OpenLoop(lambda: poisson_arrivals(rate, seed))
+    return OpenLoop(lambda: constant_arrivals(rate))
+
+
+def build_workload(spec: Mapping[str, Any], *, base_dir: Path | None = None) -> SessionWorkload:
+    """The workload a payload describes (see :mod:`servesim.workloads.spec` for the dict).
+
+    Trace paths are relative to ``base_dir``. Trace rows are read lazily during replay, so
+    a malformed row raises :class:`WorkloadError` (located ``file:line``) when it is
+    reached; call :func:`validate_trace` first for an upfront check.
+    """
+    parsed = parse_workload_spec(spec)
+    source, stop = parsed.source, parsed.stop
+    plan = _plan(parsed)
+    units: Callable[[], Iterator[Session]]
+    on_close: Callable[[], None] | None = None
+    if isinstance(source, SyntheticSource):
+        units = lambda: synthetic_requests(source)  # noqa: E731
+    elif isinstance(source, SessionSource):
+        load = parsed.load
+        seed = load.seed if isinstance(load, RateLoad) else DEFAULT_POISSON_SEED
+        units = lambda: synthetic_sessions(source, seed)  # noqa: E731
+    else:
+        units, on_close = _trace_units(source, parsed, base_dir)
+    return SessionWorkload(units, plan, max_sessions=stop.sessions, max_requests=stop.requests,
+                           max_time_ms=stop.max_time_ms, on_close=on_close)
+
+
+def _trace_units(
+    source: TraceSource, spec: WorkloadSpec, base_dir: Path | None
+) -> tuple[Callable[[], Iterator[Session]], Callable[[], None]]:
+    path = resolve_trace_path(source.path, base_dir)
+    if not path.is_file():
+        raise WorkloadError([Diagnostic(code="trace-unreadable", message="trace file not found",
+                                        location=source.path,
+                                        hint="check traffic.source.path (relative paths are "
+                                             "relative to the config file)")])
+    timestamps = isinstance(spec.load, TimestampLoad)
+    speedup = spec.load.speedup if isinstance(spec.load, TimestampLoad) else 1.0
+    readers: list[MooncakeReader] = []
+    counts: dict[str, int] | None = None
+
+    def close() -> None:
+        while readers:
+            readers.pop().close()
+
+    def units() -> Iterator[Session]:
+        nonlocal counts
+        if counts is None:
+            counts = count_session_rows(path)
+        close()
+        reader = MooncakeReader(path, source.path, source.block_size,
+                                require_timestamps=timestamps, max_rows=spec.stop.requests,
+                                session_rows=counts)
+        readers.append(reader)
+        return trace_sessions(reader, speedup=speedup, delta=source.format == "mooncake-delta")
+
+    return units, close

@@ -1,0 +1,262 @@
+"""Serving metrics from request records: the flat report and per-request JSONL lines.
+
+Population: only ``completed`` requests contribute to token counts, latency samples,
+throughput and goodput; every record counts in ``num_requests``. Memory per finished
+request is O(1) apart from the latency sample arrays (``array('d')``; ITL keeps one
+sample per token gap).
+
+Distributions are reported as ``mean_/min_/max_/median_/p75_/p90_/p95_/p99_/std_<name>``
+(``_ms`` suffix for latencies). Percentile ``p`` is the sorted sample at rank
+``round((count - 1) * p / 100)`` (halves round up); ``std`` is the population standard
+deviation; an empty distribution reports zeros. Sums use ``math.fsum``, so the same
+records always give the same floats, whatever order they were added in.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from array import array
+from collections.abc import Iterable, Mapping
+from typing import IO, Any
+
+from servesim.engines.kernel.requests import RequestRecord
+from servesim.payload import SlaArgs
+
+PERCENTILES: tuple[tuple[str, float], ...] = (
+    ("median", 50.0), ("p75", 75.0), ("p90", 90.0), ("p95", 95.0), ("p99", 99.0),
+)
+LATENCIES: tuple[str, ...] = ("ttft", "ttst", "tpot", "itl", "e2e_latency")
+PER_USER = "output_token_throughput_per_user"
+
+
+def percentile(sorted_samples: Iterable[float] | array, p: float) -> float:
+    """Sample at rank ``round((count - 1) * p / 100)`` of already sorted samples."""
+    values = sorted_samples if isinstance(sorted_samples, array | list) else list(sorted_samples)
+    if not values:
+        return 0.0
+    rank = math.floor((len(values) - 1) * p / 100.0 + 0.5)
+    return float(values[min(max(rank, 0), len(values) - 1)])
+
+
+def distribution(samples: Iterable[float], name: str, unit: str = "_ms") -> dict[str, float]:
+    """``mean_/min_/max_/median_/p75_/p90_/p95_/p99_/std_<name><unit>`` of ``samples``."""
+    values = sorted(samples)
+    n = len(values)
+    out: dict[str, float] = {}
+    if n == 0:
+        for stat in ("mean", "min", "max", *(p for p, _ in PERCENTILES), "std"):
+            out[f"{stat}_{name}{unit}"] = 0.0
+        return out
+    mean = math.fsum(values) / n
+    out[f"mean_{name}{unit}"] = mean
+    out[f"min_{name}{unit}"] = values[0]
+    out[f"max_{name}{unit}"] = values[-1]
+    for label, p in PERCENTILES:
+        out[f"{label}_{name}{unit}"] = percentile(values, p)
+    out[f"std_{name}{unit}"] = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / n)
+    return out
+
+
+def _ttft(record: RequestRecord) -> float | None:
+    return record.token_times[0] - record.arrival_ms if record.token_times else None
+
+
+def _e2e(record: RequestRecord) -> float:
+    """Last token minus arrival; a request without tokens ends at its terminal time."""
+    if record.token_times:
+        return record.token_times[-1] - record.arrival_ms
+    end = record.terminal_ms if record.terminal_ms is not None else record.arrival_ms
+    return end - record.arrival_ms
+
+
+def _tpot(record: RequestRecord) -> float | None:
+    times = record.token_times
+    if len(times) < 2:
+        return None
+    return (times[-1] - times[0]) / (len(times) - 1)
+
+
+def meets_sla(record: RequestRecord, sla: SlaArgs) -> bool:
+    """Goodput test: TTFT, E2E and average ITL ``(e2e - ttft) / (n - 1)`` within the bounds.
+
+    Bounds are inclusive; the ITL bound is skipped for requests with at most one token,
+    the TTFT bound for requests with no token.
+    """
+    ttft = _ttft(record)
+    if sla.ttft_ms is not None and ttft is not None and ttft > sla.ttft_ms:
+        return False
+    e2e = _e2e(record)
+    if sla.e2e_ms is not None and e2e > sla.e2e_ms:
+        return False
+    n = len(record.token_times)
+    if sla.itl_ms is not None and n > 1 and ttft is not None:
+        return (e2e - ttft) / (n - 1) <= sla.itl_ms
+    return True
+
+
+def _opt(value: float | None) -> float | None:
+    return None if value is None else float(value)
+
+
+def request_record_json(record: RequestRecord) -> dict[str, Any]:
+    """The per-request fields of a ``requests.jsonl`` line (``None`` where not applicable)."""
+    times = record.token_times
+    first = times[0] if times else None
+    last = times[-1] if times else None
+    ttst = times[1] - times[0] if len(times) >= 2 else None
+    return {
+        "request_id": record.request_id,
+        "session_id": record.session_id,
+        "turn_index": record.turn_index,
+        "arrival_time_ms": record.arrival_ms,
+        "first_admit_ms": _opt(record.first_admit_ms),
+        "terminal_time_ms": _opt(record.terminal_ms),
+        "first_token_ms": first,
+        "last_token_ms": last,
+        "ttft_ms": _ttft(record),
+        "ttst_ms": ttst,
+        "e2e_latency_ms": _e2e(record) if times or record.terminal_ms is not None else None,
+        "itl_ms": _tpot(record),
+        "input_length": record.input_length,
+        "requested_output_length": record.requested_output_length,
+        "output_length": record.output_length,
+        "reused_input_tokens": record.reused_input_tokens,
+        "first_admission_g1_reused_input_tokens": record.first_admission_reused_tokens,
+        "prefill_worker_idx": record.prefill_worker,
+        "decode_worker_idx": record.decode_worker,
+        "num_preemptions": record.num_preemptions,
+        "terminal_status": record.status,
+    }
+
+
+class RequestJsonlWriter:
+    """Streams one JSON line per record to ``stream`` (nothing is kept in memory)."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+        self.count = 0
+
+    def write(self, record: RequestRecord) -> None:
+        self._stream.write(json.dumps(request_record_json(record), separators=(",", ":")))
+        self._stream.write("\n")
+        self.count += 1
+
+
+def write_request_records(records: Iterable[RequestRecord], stream: IO[str]) -> int:
+    """Write ``records`` as JSONL to ``stream``; returns the number of lines written."""
+    writer = RequestJsonlWriter(stream)
+    for record in records:
+        writer.write(record)
+    return writer.count
+
+
+class MetricsCollector:
+    """Accumulates finished requests and produces the flat report dict.
+
+    ``request_log``, when given, receives every added record as a JSONL line.
+    """
+
+    def __init__(self, sla: SlaArgs | None = None, *,
+                 request_log: IO[str] | None = None) -> None:
+        self._sla = sla if sla is not None and any(
+            b is not None for b in (sla.ttft_ms, sla.itl_ms, sla.e2e_ms)) else None
+        self._writer = None if request_log is None else RequestJsonlWriter(request_log)
+        self.num_requests = 0
+        self.completed = 0
+        self.rejected = 0
+        self.incomplete = 0
+        self.total_input_tokens = 0
+        self.total_output_tokens = 0
+        self.reused_tokens = 0
+        self.first_admission_reused_tokens = 0
+        self.duration_ms = 0.0
+        self.goodput_completed = 0
+        self.goodput_output_tokens = 0
+        self._samples: dict[str, array] = {name: array("d") for name in LATENCIES}
+
+    def add(self, record: RequestRecord) -> None:
+        self.num_requests += 1
+        if self._writer is not None:
+            self._writer.write(record)
+        if record.status == "rejected":
+            self.rejected += 1
+            return
+        if record.status != "completed":
+            self.incomplete += 1
+            return
+        self.completed += 1
+        times = record.token_times
+        n = len(times)
+        self.total_input_tokens += record.input_length
+        self.total_output_tokens += n
+        self.reused_tokens += record.reused_input_tokens
+        self.first_admission_reused_tokens += record.first_admission_reused_tokens
+        end = record.terminal_ms
+        if end is None:
+            end = times[-1] if n else record.arrival_ms
+        self.duration_ms = max(self.duration_ms, end)
+        samples = self._samples
+        if n >= 1:
+            samples["ttft"].append(times[0] - record.arrival_ms)
+        if n >= 2:
+            samples["ttst"].append(times[1] - times[0])
+            samples["tpot"].append((times[-1] - times[0]) / (n - 1))
+            itl = samples["itl"]
+            for i in range(1, n):
+                itl.append(times[i] - times[i - 1])
+        samples["e2e_latency"].append(_e2e(record))
+        if self._sla is not None and meets_sla(record, self._sla):
+            self.goodput_completed += 1
+            self.goodput_output_tokens += n
+
+    def report(self, *, wall_time_ms: float, gpu_seconds: float | Mapping[str, float],
+               extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The flat report. ``gpu_seconds``: total GPU-seconds, or GPU-seconds per role.
+
+        ``extra`` keys are appended (and override computed keys of the same name).
+        """
+        duration_s = self.duration_ms / 1000.0
+
+        def rate(amount: float) -> float:
+            return amount / duration_s if duration_s > 0 else 0.0
+
+        total_input = self.total_input_tokens
+        out: dict[str, Any] = {
+            "num_requests": self.num_requests,
+            "completed_requests": self.completed,
+            "rejected_requests": self.rejected,
+            "incomplete_requests": self.incomplete,
+            "total_input_tokens": total_input,
+            "total_output_tokens": self.total_output_tokens,
+            "duration_ms": self.duration_ms,
+            "wall_time_ms": float(wall_time_ms),
+            "request_throughput_rps": rate(self.completed),
+            "input_throughput_tok_s": rate(total_input),
+            "output_throughput_tok_s": rate(self.total_output_tokens),
+            "total_throughput_tok_s": rate(total_input + self.total_output_tokens),
+        }
+        for name in LATENCIES:
+            out.update(distribution(self._samples[name], name))
+        out.update(distribution((1000.0 / g for g in self._samples["itl"] if g > 0), PER_USER,
+                                unit=""))
+        out["num_ttft_samples"] = len(self._samples["ttft"])
+        out["num_tpot_samples"] = len(self._samples["tpot"])
+        out["num_e2e_latency_samples"] = len(self._samples["e2e_latency"])
+        out["prefix_cache_reused_ratio"] = (
+            self.reused_tokens / total_input if total_input else 0.0)
+        out["first_admission_prefix_cache_reused_ratio"] = (
+            self.first_admission_reused_tokens / total_input if total_input else 0.0)
+        out["committed_prefill_tokens"] = total_input - self.reused_tokens
+        if isinstance(gpu_seconds, Mapping):
+            total_gpu_s = math.fsum(float(gpu_seconds[k]) for k in sorted(gpu_seconds))
+        else:
+            total_gpu_s = float(gpu_seconds)
+        out["gpu_hours"] = total_gpu_s / 3600.0
+        if self._sla is not None:
+            out["goodput_completed_requests"] = self.goodput_completed
+            out["goodput_request_throughput_rps"] = rate(self.goodput_completed)
+            out["goodput_output_throughput_tok_s"] = rate(self.goodput_output_tokens)
+        if extra:
+            out.update(extra)
+        return out

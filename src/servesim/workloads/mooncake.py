@@ -1,0 +1,467 @@
+"""Mooncake JSONL traces, read lazily.
+
+One JSON object per line (blank lines are skipped)::
+
+    {"timestamp": 0, "input_length": 700, "output_length": 10, "hash_ids": [7, 8]}
+
+``hash_ids`` are the prompt's blocks at the trace block size. Each hash id is interned to
+a dense id in first-seen (file) order and becomes a *repeat* segment of ``block_size``
+copies of that id; the prompt is truncated to ``input_length`` (default
+``len(hash_ids) * block_size``). Rows with the same ``session_id`` form a session in file
+order; a later turn waits for the previous turn to end, plus its delay (``delay`` /
+``delay_ms``, else the timestamp difference to the session's previous timestamp, else 0).
+
+The reader never materialises token lists and keeps only what replay needs: the intern
+table, rows read ahead of their turn, and per-session bookkeeping of sessions that still
+have unread rows. Every problem is a :class:`~servesim.errors.WorkloadError` located at
+``file:line``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections import deque
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import IO, Any
+
+import attrs
+
+from servesim.engines.kernel.tokens import Prompt, Segment, make_prompt
+from servesim.errors import Diagnostic, WorkloadError
+
+ROW_EXAMPLE = '{"timestamp": 0, "input_length": 700, "output_length": 10, "hash_ids": [7, 8]}'
+
+
+@attrs.frozen(slots=True)
+class TraceRow:
+    """One validated trace row."""
+
+    index: int  # 0-based among data rows: the request id
+    line: int  # 1-based line number in the file
+    session_id: str
+    explicit_session: bool  # False: no session_id, a one-row session "request_<line>"
+    turn_index: int
+    prompt: Prompt  # this row's own hash-id expansion, truncated to input_length
+    input_length: int
+    output_length: int
+    timestamp_ms: float | None
+    delay_ms: float  # before this turn; 0 for a session's first turn
+
+
+@attrs.define(slots=True)
+class _SessionState:
+    turns_read: int
+    last_timestamp: float | None
+    remaining: int  # rows of the session not yet read
+
+
+def trace_sha256(path: str | Path) -> str:
+    """Hex SHA-256 of a trace file's bytes (reproducibility provenance)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _session_key(value: Any) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return None
+
+
+def count_session_rows(path: Path) -> dict[str, int]:
+    """Rows per explicit ``session_id`` (one streaming pass; malformed lines are skipped)."""
+    counts: dict[str, int] = {}
+    with open(path, "rb") as f:
+        for raw in f:
+            if b"session_id" not in raw and b"\\u" not in raw:
+                continue
+            try:
+                obj = json.loads(raw.decode("utf-8"))
+            except (ValueError, RecursionError):
+                continue
+            if isinstance(obj, dict) and "session_id" in obj:
+                key = _session_key(obj["session_id"])
+                if key is not None:
+                    counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+class MooncakeReader:
+    """Streams a Mooncake trace in file order and hands out session starts and later turns.
+
+    ``next_start()`` returns the next row that starts a session; ``next_row_of(sid)`` the
+    next row of an already started session (``None`` once the session has no more rows).
+    Both read the file only as far as needed. ``max_rows`` stops reading after that many
+    data rows (a request-count stop).
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        display: str,
+        block_size: int,
+        *,
+        require_timestamps: bool = False,
+        max_rows: int | None = None,
+        session_rows: Mapping[str, int] | None = None,
+        keep_rows: bool = True,
+    ) -> None:
+        self._path = path
+        self._display = display
+        self._block_size = block_size
+        self._require_timestamps = require_timestamps
+        self._max_rows = max_rows
+        self._session_rows: Mapping[str, int] = session_rows or {}
+        self._keep_rows = keep_rows
+        self._file: IO[bytes] | None = None
+        self._eof = False
+        self._line = 0
+        self._rows = 0  # valid data rows returned
+        self._data_lines = 0  # non-blank lines seen
+        self._intern: dict[int, int] = {}
+        self._sessions: dict[str, _SessionState] = {}
+        self._starts: deque[TraceRow] = deque()
+        self._pending: dict[str, deque[TraceRow]] = {}
+        self._last_start_ts: float | None = None
+        self.origin_ms: float | None = None  # timestamp of the first session start
+
+    # -- public -------------------------------------------------------------------------
+
+    @property
+    def display(self) -> str:
+        return self._display
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        self._eof = True
+
+    def next_start(self) -> TraceRow | None:
+        while not self._starts:
+            if not self._read_one():
+                return None
+        return self._starts.popleft()
+
+    def next_row_of(self, session_id: str) -> TraceRow | None:
+        while True:
+            queue = self._pending.get(session_id)
+            if queue:
+                row = queue.popleft()
+                if not queue:
+                    del self._pending[session_id]
+                return row
+            if session_id not in self._sessions:
+                return None  # every row of the session has been read
+            if not self._read_one():
+                return None
+
+    def parse_next(self) -> TraceRow | None:
+        """Read and validate the next data row (``None`` at the end of the file)."""
+        while True:
+            raw = self._next_line()
+            if raw is None:
+                return None
+            if raw.strip():
+                self._data_lines += 1
+                return self._parse(raw)
+
+    # -- reading ------------------------------------------------------------------------
+
+    def _read_one(self) -> bool:
+        row = self.parse_next()
+        if row is None:
+            return False
+        if self._keep_rows:
+            if row.turn_index == 0:
+                self._starts.append(row)
+            else:
+                self._pending.setdefault(row.session_id, deque()).append(row)
+        return True
+
+    def _next_line(self) -> bytes | None:
+        if self._eof:
+            return None
+        if self._max_rows is not None and self._rows >= self._max_rows:
+            self.close()
+            return None
+        if self._file is None:
+            try:
+                self._file = open(self._path, "rb")  # noqa: SIM115 - closed at EOF / close()
+            except OSError as exc:
+                raise WorkloadError([Diagnostic(
+                    code="trace-unreadable", message=f"cannot read trace: {exc.strerror}",
+                    location=self._display, hint="check traffic.source.path")]) from exc
+        raw = self._file.readline()
+        if not raw:
+            empty = self._data_lines == 0
+            line = max(self._line, 1)
+            self.close()
+            if empty:
+                raise self._error("trace-empty", "the trace has no rows",
+                                  f"add one JSON object per line, e.g. {ROW_EXAMPLE}", line)
+            return None
+        self._line += 1
+        return raw
+
+    def _error(self, code: str, message: str, hint: str | None = None,
+               line: int | None = None) -> WorkloadError:
+        where = f"{self._display}:{self._line if line is None else line}"
+        return WorkloadError([Diagnostic(code=code, message=message, location=where, hint=hint)])
+
+    # -- validation ---------------------------------------------------------------------
+
+    def _parse(self, raw: bytes) -> TraceRow:
+        try:
+            obj = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise self._error("trace-bad-json", "the line is not valid UTF-8",
+                              "save the trace as UTF-8 text") from exc
+        except json.JSONDecodeError as exc:
+            raise self._error("trace-bad-json", f"invalid JSON: {exc.msg} (column {exc.colno})",
+                              f"each line must be one JSON object, e.g. {ROW_EXAMPLE}") from exc
+        except (ValueError, RecursionError) as exc:
+            raise self._error("trace-bad-json", "invalid JSON",
+                              f"each line must be one JSON object, e.g. {ROW_EXAMPLE}") from exc
+        if not isinstance(obj, dict):
+            raise self._error("trace-bad-row",
+                              f"expected a JSON object, got {type(obj).__name__}",
+                              f"each line must be one JSON object, e.g. {ROW_EXAMPLE}")
+        row = self._validate(obj)
+        self._rows += 1
+        return row
+
+    def _alias(self, obj: dict[str, Any], names: tuple[str, str]) -> tuple[str, Any] | None:
+        present = [(n, obj[n]) for n in names if n in obj and obj[n] is not None]
+        if len(present) == 2 and present[0][1] != present[1][1]:
+            raise self._error("trace-bad-field",
+                              f"'{names[0]}' ({_short(present[0][1])}) and '{names[1]}' "
+                              f"({_short(present[1][1])}) disagree",
+                              f"keep only '{names[0]}'")
+        return present[0] if present else None
+
+    def _count(self, name: str, value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise self._error("trace-bad-field",
+                              f"'{name}' must be a non-negative integer, got {_short(value)}",
+                              f"set '{name}' to a whole number of tokens >= 0")
+        return value
+
+    def _millis(self, name: str, value: Any) -> float:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        if ok and not (math.isfinite(value) and value >= 0):
+            ok = False
+        if not ok:
+            raise self._error("trace-bad-field",
+                              f"'{name}' must be a finite number of milliseconds >= 0, "
+                              f"got {_short(value)}",
+                              f"set '{name}' to a non-negative number of milliseconds")
+        return float(value)
+
+    def _validate(self, obj: dict[str, Any]) -> TraceRow:
+        bs = self._block_size
+        # hash_ids
+        hash_ids = obj.get("hash_ids")
+        if hash_ids is None:
+            raise self._error("trace-missing-field", "missing required field 'hash_ids'",
+                              f"add \"hash_ids\": [...], the prompt's hash blocks at block "
+                              f"size {bs}")
+        if not isinstance(hash_ids, list):
+            raise self._error("trace-bad-field",
+                              f"'hash_ids' must be a list of non-negative integers, "
+                              f"got {_short(hash_ids)}",
+                              "write hash_ids as a JSON array of integers")
+        for i, h in enumerate(hash_ids):
+            if isinstance(h, bool) or not isinstance(h, int) or h < 0:
+                raise self._error("trace-bad-field",
+                                  f"'hash_ids' must be a list of non-negative integers; "
+                                  f"element {i} is {_short(h)}",
+                                  "write hash_ids as a JSON array of integers >= 0")
+        # output
+        out_field = self._alias(obj, ("output_length", "output_tokens"))
+        if out_field is None:
+            raise self._error("trace-missing-field", "missing required field 'output_length'",
+                              'add "output_length": <tokens to generate> (alias "output_tokens")')
+        output_length = self._count(*out_field)
+        token_ids = obj.get("output_token_ids")
+        if token_ids is not None:
+            if not isinstance(token_ids, list):
+                raise self._error("trace-bad-field",
+                                  f"'output_token_ids' must be a list, got {_short(token_ids)}",
+                                  "write output_token_ids as a JSON array")
+            if len(token_ids) != output_length:
+                raise self._error("trace-bad-field",
+                                  f"'output_token_ids' has {len(token_ids)} entries but "
+                                  f"output_length is {output_length}",
+                                  "make output_length the number of output_token_ids")
+        # input
+        capacity = len(hash_ids) * bs
+        in_field = self._alias(obj, ("input_length", "input_tokens"))
+        input_length = capacity if in_field is None else self._count(*in_field)
+        if input_length > capacity:
+            raise self._error("trace-bad-field",
+                              f"input_length {input_length} exceeds hash_ids capacity "
+                              f"{capacity} ({len(hash_ids)} hash_ids x block_size {bs})",
+                              "lower input_length, add hash ids, or set "
+                              "traffic.source.block_size to the trace's block size")
+        if input_length == 0:
+            raise self._error("trace-bad-field", "the prompt is empty (input_length 0)",
+                              "give the row at least one hash id and a positive input_length")
+        # timing
+        ts_field = self._alias(obj, ("timestamp", "created_time"))
+        timestamp = None if ts_field is None else self._millis(*ts_field)
+        delay_field = self._alias(obj, ("delay", "delay_ms"))
+        delay = None if delay_field is None else self._millis(*delay_field)
+        # session
+        explicit = "session_id" in obj
+        if explicit:
+            sid = _session_key(obj["session_id"])
+            if sid is None:
+                raise self._error("trace-bad-field",
+                                  f"'session_id' must be a string or an integer, "
+                                  f"got {_short(obj['session_id'])}",
+                                  'write session_id as a string, e.g. "session_1"')
+        else:
+            sid = f"request_{self._line}"
+        state = self._sessions.get(sid) if explicit else None
+        if state is None:
+            turn = 0
+            delay_ms = self._first_turn_timing(sid, timestamp, delay)
+        else:
+            turn = state.turns_read
+            delay_ms = self._later_turn_delay(sid, state, timestamp, delay)
+        # commit: interning and session bookkeeping happen only for valid rows
+        prompt = self._prompt(hash_ids, input_length)
+        if explicit:
+            if state is None:
+                state = _SessionState(0, None, self._session_rows.get(sid, 1))
+                self._sessions[sid] = state
+            state.turns_read += 1
+            if timestamp is not None:
+                state.last_timestamp = timestamp
+            state.remaining -= 1
+            if state.remaining <= 0:
+                del self._sessions[sid]
+        if turn == 0 and timestamp is not None:
+            self._last_start_ts = timestamp
+            if self.origin_ms is None:
+                self.origin_ms = timestamp
+        return TraceRow(index=self._rows, line=self._line, session_id=sid,
+                        explicit_session=explicit, turn_index=turn,
+                        prompt=prompt, input_length=input_length, output_length=output_length,
+                        timestamp_ms=timestamp, delay_ms=delay_ms)
+
+    def _first_turn_timing(self, sid: str, timestamp: float | None,
+                           delay: float | None) -> float:
+        if delay:
+            raise self._error("trace-bad-delay",
+                              f"'delay' is {delay:g} on the first turn of session '{sid}'; a "
+                              f"session's first turn starts at its timestamp",
+                              "remove 'delay' from the session's first row (or set it to 0)")
+        if timestamp is None:
+            if self._require_timestamps:
+                raise self._error("trace-missing-field",
+                                  f"missing 'timestamp' on the first turn of session '{sid}'; "
+                                  f"trace_timestamps load needs one",
+                                  'add "timestamp": <ms>, or replay with concurrency load')
+        elif self._last_start_ts is not None and timestamp < self._last_start_ts:
+            raise self._error("trace-unsorted",
+                              f"timestamp {timestamp:g} is earlier than the previous session "
+                              f"start {self._last_start_ts:g}",
+                              "sort the trace rows by timestamp")
+        return 0.0
+
+    def _later_turn_delay(self, sid: str, state: _SessionState, timestamp: float | None,
+                          delay: float | None) -> float:
+        if delay is not None:
+            return delay
+        if timestamp is None:
+            return 0.0
+        if state.last_timestamp is None:
+            raise self._error("trace-bad-delay",
+                              f"cannot infer the delay of turn {state.turns_read + 1} of session "
+                              f"'{sid}': it has a timestamp but no earlier turn has one",
+                              "set 'delay' (ms) on this row, or give the earlier turns "
+                              "timestamps")
+        inferred = timestamp - state.last_timestamp
+        if inferred < 0:
+            raise self._error("trace-bad-delay",
+                              f"timestamp {timestamp:g} is earlier than the previous timestamp "
+                              f"{state.last_timestamp:g} of session '{sid}'",
+                              "sort the session's rows by time, or set 'delay' (ms)")
+        return inferred
+
+    def _prompt(self, hash_ids: list[int], input_length: int) -> Prompt:
+        bs = self._block_size
+        intern = self._intern
+        segments: list[Segment] = []
+        left = input_length
+        for h in hash_ids:
+            dense = intern.get(h)
+            if dense is None:
+                dense = intern[h] = len(intern)
+            if left > 0:
+                segments.append(Segment(dense, min(bs, left)))
+                left -= bs
+        return make_prompt(segments)
+
+
+def iter_trace_rows(path: Path, display: str, block_size: int, *,
+                    require_timestamps: bool = False) -> Iterator[TraceRow]:
+    """All rows of a trace in file order (validated; raises on the first bad line)."""
+    reader = MooncakeReader(path, display, block_size, require_timestamps=require_timestamps,
+                            session_rows=count_session_rows(path), keep_rows=False)
+    try:
+        while (row := reader.parse_next()) is not None:
+            yield row
+    finally:
+        reader.close()
+
+
+def validate_trace(
+    path: str | Path,
+    fmt: str = "mooncake",
+    block_size: int = 512,
+    *,
+    require_timestamps: bool = False,
+    display: str | None = None,
+    max_diagnostics: int = 100,
+) -> list[Diagnostic]:
+    """Check every row of a trace upfront; return the problems (empty list = valid).
+
+    Unlike a replay, which stops at the first bad row, this reports up to
+    ``max_diagnostics`` problems, each located at ``file:line``.
+    """
+    shown = str(path) if display is None else display
+    if fmt not in ("mooncake", "mooncake-delta"):
+        return [Diagnostic(code="bad-workload", message=f"trace format {fmt!r} is not supported",
+                           location=shown, hint="use 'mooncake' or 'mooncake-delta'")]
+    file = Path(path)
+    if not file.is_file():
+        return [Diagnostic(code="trace-unreadable", message="trace file not found",
+                           location=shown, hint="check traffic.source.path")]
+    reader = MooncakeReader(file, shown, block_size, require_timestamps=require_timestamps,
+                            session_rows=count_session_rows(file), keep_rows=False)
+    out: list[Diagnostic] = []
+    try:
+        while len(out) < max_diagnostics:
+            try:
+                if reader.parse_next() is None:
+                    break
+            except WorkloadError as exc:
+                out.extend(exc.diagnostics)
+    finally:
+        reader.close()
+    return out[:max_diagnostics]

@@ -1,0 +1,231 @@
+"""The resolved workload dict (written by the compiler into the payload), as typed values.
+
+The compiler has already validated the user's ``traffic`` table; this module re-checks
+what a direct caller could get wrong (wrong types, a source/load combination no driver
+implements) and raises :class:`~servesim.errors.WorkloadError` located at the offending
+``traffic.*`` key. Optional keys take the defaults of the ``traffic`` schema.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import attrs
+
+from servesim.errors import Diagnostic, WorkloadError
+
+TRACE_FORMATS = ("mooncake", "mooncake-delta")
+DEFAULT_TRACE_BLOCK_SIZE = 512
+DEFAULT_POISSON_SEED = 42
+
+
+@attrs.frozen
+class SyntheticSource:
+    input_tokens: int = 1024
+    output_tokens: int = 128
+    cached_prefix_tokens: int = 0
+
+
+@attrs.frozen
+class SessionSource:
+    new_input_tokens_per_turn: int = 1024
+    output_tokens_per_turn: int = 128
+    turns: int = 4
+    shared_prefix_ratio: float = 0.0
+    prefix_groups: int = 0
+    inter_turn_delay_ms: float = 0.0
+    # Granularity of the shared prefix: ``round(blocks * ratio)`` blocks of this size.
+    # ``None`` shares ``round(tokens * ratio)`` tokens (block size 1).
+    block_size: int | None = None
+
+
+@attrs.frozen
+class TraceSource:
+    path: str
+    format: str = "mooncake"
+    block_size: int = DEFAULT_TRACE_BLOCK_SIZE
+
+
+Source = SyntheticSource | SessionSource | TraceSource
+
+
+@attrs.frozen
+class ConcurrencyLoad:
+    """Closed loop: ``concurrency`` units (requests or sessions) in flight."""
+
+    concurrency: int
+
+
+@attrs.frozen
+class RateLoad:
+    """Open loop at ``rate`` units per second: ``poisson`` or ``constant_rate``."""
+
+    kind: Literal["poisson", "constant_rate"]
+    rate: float
+    unit: Literal["requests", "sessions"]
+    seed: int = DEFAULT_POISSON_SEED
+
+
+@attrs.frozen
+class TimestampLoad:
+    """Open loop at the trace's own timestamps, divided by ``speedup``."""
+
+    speedup: float = 1.0
+
+
+Load = ConcurrencyLoad | RateLoad | TimestampLoad
+
+
+@attrs.frozen
+class Stop:
+    requests: int | None = None
+    sessions: int | None = None
+    max_time_ms: float | None = None
+
+
+@attrs.frozen
+class WorkloadSpec:
+    source: Source
+    load: Load
+    stop: Stop
+
+
+def _fail(path: tuple[str, ...], message: str, hint: str | None = None) -> WorkloadError:
+    return WorkloadError(
+        [Diagnostic(code="bad-workload", message=message, path=("traffic", *path), hint=hint)]
+    )
+
+
+def _table(value: Any, path: tuple[str, ...]) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise _fail(path, f"must be a table, got {type(value).__name__}")
+    return value
+
+
+def _int(table: Mapping[str, Any], key: str, path: tuple[str, ...], default: int | None,
+         minimum: int) -> int:
+    value = table.get(key, default)
+    if value is None:
+        raise _fail((*path, key), f"'{key}' is required")
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise _fail((*path, key), f"'{key}' must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _float(table: Mapping[str, Any], key: str, path: tuple[str, ...], default: float | None,
+           *, positive: bool = False, upper: float | None = None) -> float:
+    value = table.get(key, default)
+    if value is None:
+        raise _fail((*path, key), f"'{key}' is required")
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if ok:
+        ok = value > 0 if positive else value >= 0
+    if ok and upper is not None:
+        ok = value <= upper
+    if not ok:
+        bound = "> 0" if positive else ">= 0"
+        if upper is not None:
+            bound += f" and <= {upper:g}"
+        raise _fail((*path, key), f"'{key}' must be a finite number {bound}, got {value!r}")
+    return float(value)
+
+
+def _parse_source(table: Mapping[str, Any]) -> Source:
+    path = ("source",)
+    kind = table.get("type", "synthetic")
+    if kind == "synthetic":
+        inp = _int(table, "input_tokens", path, 1024, 1)
+        out = _int(table, "output_tokens", path, 128, 0)
+        cached = _int(table, "cached_prefix_tokens", path, 0, 0)
+        if cached > inp:
+            raise _fail((*path, "cached_prefix_tokens"),
+                        f"cached_prefix_tokens {cached} exceeds input_tokens {inp}",
+                        "the shared prefix must fit in every prompt")
+        return SyntheticSource(inp, out, cached)
+    if kind == "synthetic-session":
+        ratio = _float(table, "shared_prefix_ratio", path, 0.0, upper=1.0)
+        groups = _int(table, "prefix_groups", path, 0, 0)
+        if ratio > 0 and groups == 0:
+            raise _fail((*path, "prefix_groups"),
+                        "shared_prefix_ratio > 0 needs prefix_groups > 0",
+                        "set prefix_groups to the number of distinct shared prefixes")
+        block = table.get("block_size")
+        return SessionSource(
+            new_input_tokens_per_turn=_int(table, "new_input_tokens_per_turn", path, 1024, 1),
+            output_tokens_per_turn=_int(table, "output_tokens_per_turn", path, 128, 0),
+            turns=_int(table, "turns", path, 4, 1),
+            shared_prefix_ratio=ratio,
+            prefix_groups=groups,
+            inter_turn_delay_ms=_float(table, "inter_turn_delay_ms", path, 0.0),
+            block_size=None if block is None else _int(table, "block_size", path, None, 1),
+        )
+    if kind == "trace":
+        raw_path = table.get("path")
+        if raw_path is None:
+            paths = table.get("paths")
+            if isinstance(paths, list | tuple) and len(paths) == 1:
+                raw_path = paths[0]
+        if not isinstance(raw_path, str) or not raw_path:
+            raise _fail((*path, "path"), "a trace source needs one trace file path",
+                        'set path = "traces/my_trace.jsonl"')
+        fmt = table.get("format", "mooncake")
+        if fmt not in TRACE_FORMATS:
+            raise _fail((*path, "format"), f"trace format {fmt!r} is not supported",
+                        f"use one of: {', '.join(TRACE_FORMATS)}")
+        block = _int(table, "block_size", path, DEFAULT_TRACE_BLOCK_SIZE, 1)
+        return TraceSource(raw_path, fmt, block)
+    raise _fail((*path, "type"), f"unknown source type {kind!r}",
+                "use 'synthetic', 'synthetic-session' or 'trace'")
+
+
+def _parse_load(table: Mapping[str, Any], source: Source) -> Load:
+    path = ("load",)
+    kind = table.get("type", "concurrency")
+    is_trace = isinstance(source, TraceSource)
+    if kind == "concurrency":
+        return ConcurrencyLoad(_int(table, "concurrency", path, 10, 1))
+    if kind in ("poisson", "constant_rate"):
+        if is_trace:
+            raise _fail((*path, "type"), f"a trace cannot be replayed with {kind} load",
+                        "trace load must be trace_timestamps or concurrency")
+        expected = "sessions" if isinstance(source, SessionSource) else "requests"
+        other = "requests" if expected == "sessions" else "sessions"
+        if f"{other}_per_second" in table:
+            raise _fail((*path, f"{other}_per_second"),
+                        "rate unit does not match source type",
+                        f"use {expected}_per_second with this source")
+        rate = _float(table, f"{expected}_per_second", path, None, positive=True)
+        seed = _int(table, "seed", path, DEFAULT_POISSON_SEED, -(2**63))
+        return RateLoad(kind, rate, expected, seed)  # type: ignore[arg-type]
+    if kind == "trace_timestamps":
+        if not is_trace:
+            raise _fail((*path, "type"), "trace_timestamps load needs a trace source",
+                        "use concurrency, poisson or constant_rate load")
+        return TimestampLoad(_float(table, "speedup", path, 1.0, positive=True))
+    raise _fail((*path, "type"), f"unknown load type {kind!r}",
+                "use concurrency, poisson, constant_rate or trace_timestamps")
+
+
+def _parse_stop(table: Mapping[str, Any], source: Source) -> Stop:
+    path = ("stop",)
+    requests = None if table.get("requests") is None else _int(table, "requests", path, None, 0)
+    sessions = None if table.get("sessions") is None else _int(table, "sessions", path, None, 0)
+    max_time = None
+    if table.get("max_virtual_time_seconds") is not None:
+        max_time = 1000.0 * _float(table, "max_virtual_time_seconds", path, None, positive=True)
+    if not isinstance(source, TraceSource) and requests is None and sessions is None \
+            and max_time is None:
+        raise _fail(path, "a synthetic workload needs a stop condition",
+                    "set stop.requests (synthetic) or stop.sessions (synthetic-session)")
+    return Stop(requests, sessions, max_time)
+
+
+def parse_workload_spec(spec: Mapping[str, Any]) -> WorkloadSpec:
+    """Type-check the resolved workload dict; raise :class:`WorkloadError` if it is wrong."""
+    spec = _table(spec, ())
+    source = _parse_source(_table(spec.get("source", {}), ("source",)))
+    load = _parse_load(_table(spec.get("load", {}), ("load",)), source)
+    stop = _parse_stop(_table(spec.get("stop", {}), ("stop",)), source)
+    return WorkloadSpec(source, load, stop)
