@@ -1,1 +1,606 @@
+"""Shipped model and GPU catalog: typed, read-only views of HF configs and GPU specs.
 
+Models are addressed by their Hugging Face id (``Qwen/Qwen3-32B``) or by a local directory
+holding a ``config.json``; GPUs by their file stem (``h200_sxm``). Unknown names raise
+:class:`CatalogError` listing the closest known names.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import json
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import attrs
+
+__all__ = [
+    "ATTENTION_KINDS",
+    "RECURRENT_KINDS",
+    "CatalogError",
+    "GpuSpec",
+    "LinearAttention",
+    "MixerKind",
+    "MlpKind",
+    "ModelInfo",
+    "dtype_name_bytes",
+    "gpu_names",
+    "load_gpu",
+    "load_model",
+    "model_names",
+]
+
+MixerKind = Literal["full_attention", "sliding_attention", "kda", "gdn", "mamba2", "none"]
+MlpKind = Literal["dense", "moe", "none"]
+LinearKind = Literal["kda", "gdn", "mamba2"]
+
+ATTENTION_KINDS: frozenset[str] = frozenset({"full_attention", "sliding_attention"})
+RECURRENT_KINDS: frozenset[str] = frozenset({"kda", "gdn", "mamba2"})
+
+_DTYPE_BYTES: dict[str, int] = {
+    "float32": 4,
+    "fp32": 4,
+    "float": 4,
+    "bfloat16": 2,
+    "bf16": 2,
+    "float16": 2,
+    "fp16": 2,
+    "half": 2,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "float8": 1,
+    "fp8": 1,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+    "int8": 1,
+    "uint8": 1,
+}
+
+
+class CatalogError(ValueError):
+    """An unknown model/GPU name or an unreadable model directory."""
+
+
+def dtype_name_bytes(name: str) -> int | None:
+    """Bytes per element of a dtype name (``torch.bfloat16``, ``bf16``, ``fp8`` ...), or None."""
+    key = name.strip().lower().removeprefix("torch.")
+    return _DTYPE_BYTES.get(key)
+
+
+@attrs.frozen
+class LinearAttention:
+    """Geometry shared by the recurrent (linear-attention / SSM) layers of a hybrid model.
+
+    ``kda`` (Kimi linear): ``num_key_heads == num_value_heads`` = KDA heads, both dims = head dim.
+    ``gdn`` (Qwen3-Next / Qwen3.5 Gated DeltaNet): ``linear_*`` fields of the config.
+    ``mamba2`` (Nemotron-H): value heads/dim = ``mamba_num_heads``/``mamba_head_dim``,
+    ``num_key_heads`` = ``n_groups``, ``key_head_dim`` = ``ssm_state_size``.
+    ``ssm_dtype`` is the recurrent-state dtype pinned by the config, if any.
+    """
+
+    kind: LinearKind
+    num_key_heads: int
+    num_value_heads: int
+    key_head_dim: int
+    value_head_dim: int
+    conv_kernel: int
+    ssm_dtype: str | None = None
+
+
+def _int(cfg: Mapping[str, Any], *keys: str, default: int | None = None) -> int | None:
+    for key in keys:
+        value = cfg.get(key)
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+    return default
+
+
+def _req_int(name: str, cfg: Mapping[str, Any], *keys: str) -> int:
+    value = _int(cfg, *keys)
+    if value is None:
+        raise CatalogError(f"model {name!r}: config.json has no integer {' / '.join(keys)}")
+    return value
+
+
+def _quant_info(qc: Any) -> tuple[str | None, float | None]:
+    """(quant label, bytes per quantized weight) from a ``quantization_config`` block."""
+    if not isinstance(qc, Mapping):
+        return None, None
+    method = str(qc.get("quant_method", "")).lower()
+    fmt = str(qc.get("fmt", qc.get("format", ""))).lower()
+    if method == "fp8" or fmt in ("e4m3", "float8_e4m3fn", "e5m2"):
+        return "fp8", 1.0
+    if method == "mxfp4" or "mxfp4" in fmt:
+        return "mxfp4", 0.5 + 1 / 32  # 4-bit values + one uint8 scale per 32 weights
+    groups = qc.get("config_groups")
+    if isinstance(groups, Mapping):
+        for group in groups.values():
+            weights = group.get("weights") if isinstance(group, Mapping) else None
+            if not isinstance(weights, Mapping):
+                continue
+            bits = weights.get("num_bits")
+            if not isinstance(bits, int):
+                continue
+            wtype = str(weights.get("type", "int"))
+            if bits == 8:
+                return ("fp8" if wtype == "float" else "int8"), 1.0
+            if bits == 4:
+                group_size = weights.get("group_size")
+                scale = 2 / group_size if isinstance(group_size, int) and group_size > 0 else 0
+                return ("fp4" if wtype == "float" else "int4"), 0.5 + scale
+    return None, None
+
+
+def _layer_kinds(
+    name: str, cfg: Mapping[str, Any], num_layers: int, linear: LinearAttention | None
+) -> tuple[tuple[MixerKind, ...], tuple[MlpKind, ...] | None]:
+    """Per-layer mixer kinds (and MLP kinds when the config dictates them)."""
+    pattern = cfg.get("hybrid_override_pattern")
+    if isinstance(pattern, str) and pattern:
+        mixer_map: dict[str, MixerKind] = {
+            "M": "mamba2",
+            "*": "full_attention",
+            "E": "none",
+            "-": "none",
+        }
+        mlp_map: dict[str, MlpKind] = {"M": "none", "*": "none", "E": "moe", "-": "dense"}
+        if len(pattern) != num_layers or any(ch not in mixer_map for ch in pattern):
+            raise CatalogError(f"model {name!r}: unsupported hybrid_override_pattern {pattern!r}")
+        return tuple(mixer_map[ch] for ch in pattern), tuple(mlp_map[ch] for ch in pattern)
+
+    lac = cfg.get("linear_attn_config")
+    if isinstance(lac, Mapping) and linear is not None:
+        full = [int(i) for i in lac.get("full_attn_layers") or []]
+        kda = [int(i) for i in lac.get("kda_layers") or []]
+        if any(not 0 <= i <= num_layers for i in full + kda):
+            raise CatalogError(f"model {name!r}: linear_attn_config layer index out of range")
+        indices = full + kda
+        one_based = bool(indices) and 0 not in indices  # vLLM: layer_idx + 1 in kda_layers
+        offset = 1 if one_based else 0
+        kda_set = {i - offset for i in kda}
+        # layers listed in neither set are treated as full attention
+        kinds: list[MixerKind] = [
+            "kda" if i in kda_set else "full_attention" for i in range(num_layers)
+        ]
+        return tuple(kinds), None
+
+    layer_types = cfg.get("layer_types")
+    if isinstance(layer_types, list) and len(layer_types) == num_layers:
+        out: list[MixerKind] = []
+        for lt in layer_types:
+            if lt == "full_attention":
+                out.append("full_attention")
+            elif lt == "sliding_attention":
+                out.append("sliding_attention")
+            elif lt == "linear_attention" and linear is not None:
+                out.append(linear.kind)
+            else:
+                raise CatalogError(f"model {name!r}: unsupported layer type {lt!r}")
+        return tuple(out), None
+
+    if linear is not None and linear.kind == "gdn":
+        interval = _int(cfg, "full_attention_interval", default=4) or 4
+        return (
+            tuple(
+                "full_attention" if (i + 1) % interval == 0 else "gdn" for i in range(num_layers)
+            ),
+            None,
+        )
+    return tuple("full_attention" for _ in range(num_layers)), None
+
+
+def _linear_attention(cfg: Mapping[str, Any]) -> LinearAttention | None:
+    lac = cfg.get("linear_attn_config")
+    if isinstance(lac, Mapping) and lac.get("kda_layers"):
+        heads = _int(lac, "num_heads") or 0
+        dim = _int(lac, "head_dim") or 0
+        return LinearAttention(
+            kind="kda",
+            num_key_heads=heads,
+            num_value_heads=heads,
+            key_head_dim=dim,
+            value_head_dim=dim,
+            conv_kernel=_int(lac, "short_conv_kernel_size", default=4) or 4,
+            ssm_dtype="float32",  # KDA recurrent state is always fp32
+        )
+    if "linear_num_value_heads" in cfg:
+        ssm = cfg.get("mamba_ssm_dtype")
+        return LinearAttention(
+            kind="gdn",
+            num_key_heads=_int(cfg, "linear_num_key_heads") or 0,
+            num_value_heads=_int(cfg, "linear_num_value_heads") or 0,
+            key_head_dim=_int(cfg, "linear_key_head_dim") or 0,
+            value_head_dim=_int(cfg, "linear_value_head_dim") or 0,
+            conv_kernel=_int(cfg, "linear_conv_kernel_dim", default=4) or 4,
+            ssm_dtype=str(ssm) if isinstance(ssm, str) else None,
+        )
+    if "mamba_num_heads" in cfg:
+        ssm = cfg.get("mamba_ssm_cache_dtype")
+        return LinearAttention(
+            kind="mamba2",
+            num_key_heads=_int(cfg, "n_groups", default=1) or 1,
+            num_value_heads=_int(cfg, "mamba_num_heads") or 0,
+            key_head_dim=_int(cfg, "ssm_state_size") or 0,
+            value_head_dim=_int(cfg, "mamba_head_dim") or 0,
+            conv_kernel=_int(cfg, "conv_kernel", default=4) or 4,
+            ssm_dtype=str(ssm) if isinstance(ssm, str) else None,
+        )
+    return None
+
+
+@attrs.frozen
+class ModelInfo:
+    """Normalised language-model shape read from a HF ``config.json``.
+
+    ``config`` is the raw dict (treat as read-only); for multimodal configs carrying a
+    ``text_config`` (Kimi K3, Kimi K2.5, Qwen3.5) the fields below come from ``text_config``.
+    ``dtype_bytes`` is the activation/KV dtype (``torch_dtype``/``dtype``, default 2);
+    ``weight_dtype_bytes`` honours an FP8 ``quantization_config``; ``expert_weight_dtype_bytes``
+    also honours 4-bit (MXFP4/INT4) quantization, which these checkpoints apply to routed
+    experts only. Layer indices are 0-based.
+    """
+
+    name: str
+    config: dict[str, Any] = attrs.field(repr=False)
+    model_type: str
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    max_position_embeddings: int | None
+    intermediate_size: int | None
+    dtype_name: str | None
+    dtype_bytes: int
+    weight_quant: str | None
+    weight_dtype_bytes: float
+    expert_weight_dtype_bytes: float
+    tie_word_embeddings: bool
+    # MLA (None unless the model uses multi-head latent attention)
+    kv_lora_rank: int | None
+    qk_rope_head_dim: int | None
+    qk_nope_head_dim: int | None
+    v_head_dim: int | None
+    q_lora_rank: int | None
+    # MoE (num_experts 0 for dense models)
+    num_experts: int
+    experts_per_token: int
+    moe_intermediate_size: int | None
+    num_shared_experts: int
+    shared_expert_intermediate_size: int
+    first_dense_layers: int
+    expert_hidden_size: int | None
+    # per-layer layout
+    layer_types: tuple[MixerKind, ...]
+    mlp_types: tuple[MlpKind, ...]
+    linear_attention: LinearAttention | None
+    mlp_gated: bool
+    attn_output_gate: bool
+
+    @classmethod
+    def from_config(cls, name: str, config: Mapping[str, Any]) -> ModelInfo:
+        """Build from a parsed ``config.json`` dict; raises CatalogError on missing shapes."""
+        raw = dict(config)
+        tc = raw.get("text_config")
+        lm: dict[str, Any] = dict(tc) if isinstance(tc, Mapping) else raw
+
+        num_layers = _req_int(name, lm, "num_hidden_layers", "n_layer", "num_layers")
+        hidden = _req_int(name, lm, "hidden_size", "d_model", "n_embd")
+        heads = _req_int(name, lm, "num_attention_heads", "n_head")
+        kv_heads = _int(lm, "num_key_value_heads", default=heads) or heads
+        head_dim = _int(lm, "head_dim") or hidden // heads
+        vocab = _req_int(name, lm, "vocab_size")
+
+        dtype_raw = lm.get("torch_dtype") or lm.get("dtype") or raw.get("torch_dtype")
+        dtype_raw = dtype_raw or raw.get("dtype")
+        dtype_name = str(dtype_raw).removeprefix("torch.") if isinstance(dtype_raw, str) else None
+        dtype_bytes = (dtype_name_bytes(dtype_name) if dtype_name else None) or 2
+
+        qc = lm.get("quantization_config") or raw.get("quantization_config")
+        quant, quant_bytes = _quant_info(qc)
+        weight_bytes: float = float(dtype_bytes)
+        expert_bytes: float = float(dtype_bytes)
+        if quant_bytes is not None and quant_bytes >= 1.0:
+            weight_bytes = expert_bytes = min(float(dtype_bytes), quant_bytes)
+        elif quant_bytes is not None:
+            expert_bytes = quant_bytes
+
+        kv_lora = _int(lm, "kv_lora_rank")
+        is_mla = kv_lora is not None
+        num_experts = _int(lm, "num_experts", "n_routed_experts", "num_local_experts") or 0
+        topk = _int(lm, "num_experts_per_tok", "experts_per_token", "num_experts_per_token") or 0
+        inter = _int(lm, "intermediate_size")
+        moe_inter = _int(lm, "moe_intermediate_size")
+        if num_experts and moe_inter is None:
+            moe_inter = inter  # Mixtral / gpt-oss / MiniMax: intermediate_size is the expert width
+        n_shared = _int(lm, "n_shared_experts", "num_shared_experts") or 0
+        shared_width = _int(
+            lm,
+            "shared_expert_intermediate_size",
+            "moe_shared_expert_intermediate_size",
+            "shared_intermediate_size",
+        )
+        if shared_width is None:
+            shared_width = n_shared * (moe_inter or 0)
+        elif shared_width and not n_shared:
+            n_shared = 1
+        first_dense = _int(lm, "first_k_dense_replace", default=0) or 0
+
+        linear = _linear_attention(lm)
+        layer_types, mlp_from_pattern = _layer_kinds(name, lm, num_layers, linear)
+        if mlp_from_pattern is not None:
+            mlp_types = mlp_from_pattern
+        elif num_experts:
+            dense_only = {int(i) for i in lm.get("mlp_only_layers") or []}
+            step = _int(lm, "decoder_sparse_step", "moe_layer_freq", default=1) or 1
+            mlp_types = tuple(
+                "dense" if i < first_dense or i in dense_only or (i + 1) % step else "moe"
+                for i in range(num_layers)
+            )
+        else:
+            mlp_types = tuple("dense" for _ in range(num_layers))
+
+        act = str(lm.get("mlp_hidden_act") or lm.get("hidden_act") or "silu")
+        return cls(
+            name=name,
+            config=raw,
+            model_type=str(lm.get("model_type") or raw.get("model_type") or "unknown"),
+            num_layers=num_layers,
+            hidden_size=hidden,
+            num_attention_heads=heads,
+            num_kv_heads=kv_heads,
+            head_dim=head_dim,
+            vocab_size=vocab,
+            max_position_embeddings=_int(lm, "max_position_embeddings"),
+            intermediate_size=inter,
+            dtype_name=dtype_name,
+            dtype_bytes=dtype_bytes,
+            weight_quant=quant,
+            weight_dtype_bytes=weight_bytes,
+            expert_weight_dtype_bytes=expert_bytes,
+            tie_word_embeddings=bool(lm.get("tie_word_embeddings", raw.get("tie_word_embeddings"))),
+            kv_lora_rank=kv_lora,
+            qk_rope_head_dim=_int(lm, "qk_rope_head_dim") if is_mla else None,
+            qk_nope_head_dim=_int(lm, "qk_nope_head_dim") if is_mla else None,
+            v_head_dim=_int(lm, "v_head_dim") if is_mla else None,
+            q_lora_rank=_int(lm, "q_lora_rank") if is_mla else None,
+            num_experts=num_experts,
+            experts_per_token=topk,
+            moe_intermediate_size=moe_inter if num_experts else None,
+            num_shared_experts=n_shared if num_experts else 0,
+            shared_expert_intermediate_size=shared_width if num_experts else 0,
+            first_dense_layers=first_dense if num_experts else 0,
+            expert_hidden_size=(_int(lm, "routed_expert_hidden_size") or hidden)
+            if num_experts
+            else None,
+            layer_types=layer_types,
+            mlp_types=mlp_types,
+            linear_attention=linear,
+            mlp_gated=act not in ("relu2",),
+            attn_output_gate=bool(lm.get("attn_output_gate", False)),
+        )
+
+    @property
+    def lm_config(self) -> dict[str, Any]:
+        """The language-model part of ``config`` (``text_config`` when present)."""
+        tc = self.config.get("text_config")
+        return tc if isinstance(tc, dict) else self.config
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank is not None
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def is_hybrid(self) -> bool:
+        """True when some layers keep recurrent state (KDA, GDN, Mamba2)."""
+        return any(k in RECURRENT_KINDS for k in self.layer_types)
+
+    @property
+    def attention_layers(self) -> tuple[int, ...]:
+        """Indices of layers holding a token KV cache (full or sliding attention)."""
+        return tuple(i for i, k in enumerate(self.layer_types) if k in ATTENTION_KINDS)
+
+    @property
+    def full_attention_layers(self) -> tuple[int, ...]:
+        return tuple(i for i, k in enumerate(self.layer_types) if k == "full_attention")
+
+    @property
+    def state_layers(self) -> tuple[int, ...]:
+        """Indices of recurrent-state layers (KDA, GDN, Mamba2)."""
+        return tuple(i for i, k in enumerate(self.layer_types) if k in RECURRENT_KINDS)
+
+    @property
+    def num_moe_layers(self) -> int:
+        return sum(1 for k in self.mlp_types if k == "moe")
+
+
+@attrs.frozen
+class GpuSpec:
+    """One GPU (and its node) from the aiconfigurator systems format; units are B, B/s, FLOP/s."""
+
+    name: str
+    mem_capacity_bytes: int
+    mem_bw: float
+    mem_bw_efficiency: float
+    mem_constant_latency_s: float
+    bf16_flops: float
+    fp8_flops: float | None
+    fp4_flops: float | None
+    int8_flops: float | None
+    intra_node_bw: float
+    inter_node_bw: float
+    pcie_bw: float | None
+    p2p_latency_s: float | None
+    num_gpus_per_node: int
+    nccl_mem: dict[int, int]
+    other_mem: int
+    power: float
+    sm_version: int | None
+    raw: dict[str, Any] = attrs.field(repr=False)
+
+    @classmethod
+    def from_dict(cls, name: str, data: Mapping[str, Any]) -> GpuSpec:
+        """Build from the systems-format dict (``gpu``/``node``/``misc`` sections)."""
+        gpu = data.get("gpu") or {}
+        node = data.get("node") or {}
+        misc = data.get("misc") or {}
+
+        def num(section: Mapping[str, Any], key: str) -> float | None:
+            value = section.get(key)
+            return float(value) if isinstance(value, (int, float)) else None
+
+        def need(section: Mapping[str, Any], key: str) -> float:
+            value = num(section, key)
+            if value is None:
+                raise CatalogError(f"gpu {name!r}: missing numeric {key}")
+            return value
+
+        nccl = {int(k): int(v) for k, v in (misc.get("nccl_mem") or {}).items()}
+        sm = gpu.get("sm_version")
+        return cls(
+            name=name,
+            mem_capacity_bytes=int(need(gpu, "mem_capacity")),
+            mem_bw=need(gpu, "mem_bw"),
+            mem_bw_efficiency=num(gpu, "mem_bw_empirical_scaling_factor") or 1.0,
+            mem_constant_latency_s=num(gpu, "mem_empirical_constant_latency") or 0.0,
+            bf16_flops=need(gpu, "bfloat16_tc_flops"),
+            fp8_flops=num(gpu, "fp8_tc_flops"),
+            fp4_flops=num(gpu, "fp4_tc_flops"),
+            int8_flops=num(gpu, "int8_tc_flops"),
+            intra_node_bw=need(node, "intra_node_bw"),
+            inter_node_bw=need(node, "inter_node_bw"),
+            pcie_bw=num(node, "pcie_bw"),
+            p2p_latency_s=num(node, "p2p_latency"),
+            num_gpus_per_node=int(need(node, "num_gpus_per_node")),
+            nccl_mem=nccl,
+            other_mem=int(num(misc, "other_mem") or 0),
+            power=need(gpu, "power"),
+            sm_version=int(sm) if isinstance(sm, int) else None,
+            raw=dict(data),
+        )
+
+    def nccl_mem_for(self, tensor: int) -> int:
+        """NCCL buffer bytes for a TP group: the entry for the smallest listed size >= tensor."""
+        if tensor <= 1 or not self.nccl_mem:
+            return self.nccl_mem.get(1, 0) if tensor <= 1 else 0
+        sizes = sorted(self.nccl_mem)
+        for size in sizes:
+            if size >= tensor:
+                return self.nccl_mem[size]
+        return self.nccl_mem[sizes[-1]]
+
+    @property
+    def mem_capacity_gib(self) -> float:
+        return self.mem_capacity_bytes / 2**30
+
+
+def _resource_dir(kind: str) -> Any:
+    return resources.files(__name__).joinpath(kind)
+
+
+def _file_to_model_name(stem: str) -> str:
+    org, sep, rest = stem.partition("--")
+    return f"{org}/{rest}" if sep else stem
+
+
+@functools.lru_cache(maxsize=1)
+def _model_files() -> dict[str, str]:
+    out: dict[str, str] = {}
+    for entry in _resource_dir("models").iterdir():
+        if entry.name.endswith(".json"):
+            out[_file_to_model_name(entry.name[: -len(".json")])] = entry.name
+    return dict(sorted(out.items()))
+
+
+@functools.lru_cache(maxsize=1)
+def _gpu_files() -> dict[str, str]:
+    out: dict[str, str] = {}
+    for entry in _resource_dir("hardware").iterdir():
+        if entry.name.endswith(".json"):
+            out[entry.name[: -len(".json")]] = entry.name
+    return dict(sorted(out.items()))
+
+
+def model_names() -> list[str]:
+    """HF ids of the shipped model configs, sorted."""
+    return list(_model_files())
+
+
+def gpu_names() -> list[str]:
+    """Names of the shipped GPU specs, sorted."""
+    return list(_gpu_files())
+
+
+def _unknown(kind: str, name: str, known: list[str]) -> CatalogError:
+    query = name.lower()
+    query_base = query.rsplit("/", 1)[-1]
+
+    def score(candidate: str) -> float:
+        cand = candidate.lower()
+        full = difflib.SequenceMatcher(None, query, cand).ratio()
+        base = difflib.SequenceMatcher(None, query_base, cand.rsplit("/", 1)[-1]).ratio()
+        prefix = cand.startswith(query) or cand.rsplit("/", 1)[-1].startswith(query_base)
+        return max(full, base) + (0.25 if prefix else 0.0)
+
+    ranked = sorted(((score(k), k) for k in known), key=lambda item: -item[0])
+    close = [k for s, k in ranked[:3] if s >= 0.6]
+    if close:
+        return CatalogError(f"unknown {kind} {name!r}; closest known: {', '.join(close)}")
+    return CatalogError(f"unknown {kind} {name!r}; known: {', '.join(known)}")
+
+
+def _parse_json(text: str, where: str) -> dict[str, Any]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CatalogError(f"{where}: invalid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise CatalogError(f"{where}: expected a JSON object")
+    return data
+
+
+@functools.lru_cache(maxsize=64)
+def _load_catalog_model(name: str) -> ModelInfo:
+    text = _resource_dir("models").joinpath(_model_files()[name]).read_text(encoding="utf-8")
+    return ModelInfo.from_config(name, _parse_json(text, f"model {name!r}"))
+
+
+def load_model(name: str) -> ModelInfo:
+    """Load a shipped model by HF id, or a local directory holding ``config.json``."""
+    if name in _model_files():
+        return _load_catalog_model(name)
+    path = Path(name).expanduser()
+    if path.is_dir():
+        cfg = path / "config.json"
+        if not cfg.is_file():
+            raise CatalogError(f"model directory {name!r} has no config.json")
+        try:
+            text = cfg.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CatalogError(f"cannot read {cfg}: {exc}") from None
+        return ModelInfo.from_config(name, _parse_json(text, str(cfg)))
+    if path.exists():
+        raise CatalogError(f"model path {name!r} is not a directory holding config.json")
+    raise _unknown("model", name, model_names())
+
+
+@functools.lru_cache(maxsize=32)
+def load_gpu(name: str) -> GpuSpec:
+    """Load a shipped GPU spec by name (e.g. ``h200_sxm``)."""
+    files = _gpu_files()
+    if name not in files:
+        raise _unknown("gpu", name, list(files))
+    text = _resource_dir("hardware").joinpath(files[name]).read_text(encoding="utf-8")
+    return GpuSpec.from_dict(name, _parse_json(text, f"gpu {name!r}"))
