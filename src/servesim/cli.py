@@ -70,7 +70,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    out = Console(highlight=False, soft_wrap=True)
+    out = Console(highlight=False)
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     try:
         registry = _registry(args.plugin)
@@ -182,7 +182,8 @@ def _schema(args: argparse.Namespace, registry: EngineRegistry, out: Console,
 
 def _plugins(args: argparse.Namespace, registry: EngineRegistry, out: Console,
              err: Console) -> int:
-    rows = [{"name": n, "class": f"{c.__module__}.{c.__qualname__}", "plugin": o,
+    rows: list[dict[str, Any]] = [
+        {"name": n, "class": f"{c.__module__}.{c.__qualname__}", "plugin": o,
              "modes": list(c.MODES), "description": c.DESCRIPTION}
             for n, c, o in registry.items()]
     if args.format == "json":
@@ -219,8 +220,8 @@ def load_input(path: str, registry: EngineRegistry) -> tuple[Payload, Path | Non
 
 def _replay(args: argparse.Namespace, registry: EngineRegistry, out: Console,
             err: Console) -> int:
-    from servesim.replay import replay_payload
     from servesim.render import report_summary, report_table
+    from servesim.replay import replay_payload
 
     payload, base_dir = load_input(args.input, registry)
     show_progress = not args.quiet and err.is_terminal

@@ -102,7 +102,8 @@ def _structure_literal(value: Any, tp: Any) -> Any:
     allowed = _literal_values(tp)
     if isinstance(value, str) and value in allowed:
         return value
-    raise _TypeMismatch(f"expected one of {_choices(allowed)}, got {_describe(value)}", "bad-choice")
+    raise _TypeMismatch(f"expected one of {_choices(allowed)}, got {_describe(value)}",
+                        "bad-choice")
 
 
 def _structure_scalar_union(value: Any, tp: Any) -> Any:
@@ -251,7 +252,7 @@ def check_limits(obj: Any, root: Path = ()) -> list[Diagnostic]:
             continue
         items = list(enumerate(value)) if isinstance(value, list) else [(None, value)]
         for idx, v in items:
-            if isinstance(v, str) or isinstance(v, bool) or not isinstance(v, (int, float)):
+            if isinstance(v, (str, bool)) or not isinstance(v, (int, float)):
                 continue
             p = path if idx is None else (*path, idx)
             bad_lo = lo is not None and (v <= lo if f.metadata.get("lo_open") else v < lo)
@@ -280,4 +281,4 @@ def _range_message(meta: typing.Mapping[str, Any], v: float) -> str:
         return f"must be in {left}{_num(lo)}, {_num(hi)}], got {got}"
     if lo is not None:
         return f"must be {'>' if lo_open else '>='} {_num(lo)}, got {got}"
-    return f"must be <= {_num(hi)}, got {got}"
+    return f"must be <= {_num(hi or 0)}, got {got}"

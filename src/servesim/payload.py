@@ -202,7 +202,7 @@ ROLE_FIELD_SECTIONS: dict[str, str] = {
 
 
 def role_field_path(role: str, field: str) -> tuple[str, ...]:
-    """Config key path of a RoleArgs field: ``kv_bytes_per_token`` -> ``...kv_cache.bytes_per_token``."""
+    """Config key path of a RoleArgs field (``kv_bytes_per_token`` is ``bytes_per_token``)."""
     if field == "speculation":
         return ("engine", "speculation")
     section = ROLE_FIELD_SECTIONS.get(field)

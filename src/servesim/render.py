@@ -35,7 +35,7 @@ def print_diagnostics(console: Console, diagnostics: Iterable[Diagnostic]) -> No
 
 
 def _leaf(tree: Tree, key: str, value: Any, prov: Provenance | None) -> None:
-    label = Text(f"{key} = ")
+    label = Text(f"{key} = ", overflow="fold")
     label.append(_fmt(value), style="bold")
     if prov is not None:
         label.append(f"  ({prov.origin}", style=ORIGIN_STYLE[prov.origin])

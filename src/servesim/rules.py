@@ -8,7 +8,8 @@ There is no second copy of any rule.
 
 Paths name the config key that carries the value, so a diagnostic reads the same at
 compile time and at engine handoff, e.g.
-``engine.workers.decode.kv_cache.prefix_match_unit: must divide the resolved block_size 1536, got 1000``.
+``engine.workers.decode.kv_cache.prefix_match_unit: prefix_match_unit must be a positive
+divisor of the resolved block_size 1536, got 1000``.
 """
 
 from __future__ import annotations

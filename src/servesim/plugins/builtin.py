@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from servesim.engines.base import Engine, ReplayResult, Progress, Sink
+from servesim.engines.base import Engine, Progress, ReplayResult, Sink
 from servesim.engines.kernel.requests import Workload
 from servesim.errors import Diagnostic, ReplayError
 from servesim.payload import Payload

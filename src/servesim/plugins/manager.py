@@ -53,7 +53,7 @@ class EngineRegistry:
         for impl in pm.hook.servesim_register_engines.get_hookimpls():
             plugin_name = impl.plugin_name
             try:
-                classes = impl.function()
+                classes: list[type[Engine]] = list(impl.function())  # type: ignore[call-overload]
             except Exception as exc:
                 raise PluginError([Diagnostic(
                     code="plugin-hook-failed", path=(),

@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from servesim.compiler.context import CompileContext
-from servesim.converter import check_limits, make_converter, structure
 from servesim.compiler.model.parsed import (
     Capacity,
     Engine,
@@ -27,6 +26,7 @@ from servesim.compiler.model.parsed import (
     Worker,
 )
 from servesim.compiler.source import SourceText, load_toml
+from servesim.converter import check_limits, make_converter, structure
 from servesim.errors import CompileError, Diagnostic, Path
 
 

@@ -14,13 +14,14 @@ Example: Kimi K3 at TP8 with FP8 KV and a requested ``block_size = 128`` and
 from __future__ import annotations
 
 import math
-from pathlib import Path as PathLike
 from collections.abc import Callable
-from typing import Any, TypeVar
+from pathlib import Path as PathLike
+from typing import Any, Literal, TypeVar
 
 from servesim import catalog, geometry
 from servesim.compiler.context import CompileContext
 from servesim.compiler.model.parsed import (
+    Backend,
     Capacity,
     Engine,
     KvCache,
@@ -80,9 +81,10 @@ def resolve_geometry(cfg: ParsedConfig, ctx: CompileContext) -> ResolvedConfig:
     """Resolve every role's geometry and the workload; raise CompileError on failures."""
     rec = _Recorder()
     e = cfg.engine
-    mode = "disaggregated" if e.mode == "disaggregated" else "aggregated"
+    mode: Literal["aggregated", "disaggregated"] = (
+        "disaggregated" if e.mode == "disaggregated" else "aggregated")
     rec.pick(("engine", "mode"), e.mode, "aggregated")
-    backend = rec.pick(("engine", "backend"), e.backend, "vllm")
+    backend: Backend = rec.pick(("engine", "backend"), e.backend, "vllm")
     model = _lookup(rec, ("engine", "model"), e.model, catalog.load_model)
     speculation = _speculation(rec, e)
     roles: dict[str, RoleArgs] = {}
@@ -119,7 +121,7 @@ def _lookup(rec: _Recorder, path: Path, name: str, load: Callable[[str], T]) -> 
     try:
         value = load(name)
     except catalog.CatalogError as exc:
-        rec.fail(path, "unknown-" + path[-1], str(exc))
+        rec.fail(path, f"unknown-{path[-1]}", str(exc))
         return None
     rec.note(path, "authored")
     return value
@@ -157,7 +159,7 @@ def mtp_acceptance_rates(nextn: int, accepted: float) -> tuple[float, ...]:
     return tuple(rates[:nextn])
 
 
-def _resolve_role(rec: _Recorder, name: str, w: Worker, e: Engine, backend: str,
+def _resolve_role(rec: _Recorder, name: str, w: Worker, e: Engine, backend: Backend,
                   model: catalog.ModelInfo, gpu: catalog.GpuSpec,
                   speculation: SpeculationArgs | None, path: Path,
                   ) -> tuple[RoleArgs | None, dict[str, Any]]:
@@ -188,11 +190,10 @@ def _resolve_role(rec: _Recorder, name: str, w: Worker, e: Engine, backend: str,
     sc = kv.state_cache
     state: StateCacheArgs | None = None
     if sc is not None and sc.bytes_per_request is None:
-        requested = kv.block_size if kv.block_size is not None else INFERRED_STATE_DEFAULT_BLOCK
         try:
             inf = geometry.infer_state_cache(
                 model, tensor=shape["tensor"], pipeline=shape["pipeline"],
-                requested_block_size=requested, kv_dtype_bytes=kv_dtype,
+                requested_block_size=kv.block_size, kv_dtype_bytes=kv_dtype,
                 bytes_per_token=kv.bytes_per_token if isinstance(kv.bytes_per_token, int)
                 else None,
                 mamba_cache_dtype=sc.mamba_cache_dtype or "auto",
@@ -201,12 +202,13 @@ def _resolve_role(rec: _Recorder, name: str, w: Worker, e: Engine, backend: str,
             rec.fail((*kp, "state_cache"), "state-cache-inference", str(exc))
             return None, meta
         block_size, bytes_per_token = inf.block_size, inf.bytes_per_token
-        rec.note((*kp, "block_size"), "derived", inf.block_formula)
+        rec.note((*kp, "block_size"), "derived", _formula(inf.formula, "block_size"))
         rec.note((*kp, "bytes_per_token"), "authored" if isinstance(kv.bytes_per_token, int)
-                 else "derived", inf.bytes_per_token_formula)
-        bytes_per_request, raw, source = inf.bytes_per_request, inf.raw_bytes_per_request, \
-            "inferred"
-        rec.note((*kp, "state_cache", "bytes_per_request"), "derived", inf.state_formula)
+                 else "derived", _formula(inf.formula, "bytes_per_token"))
+        state_bytes: int | None = inf.bytes_per_request
+        raw, source = inf.raw_bytes_per_request, "inferred"
+        rec.note((*kp, "state_cache", "bytes_per_request"), "derived",
+                 _formula(inf.formula, "bytes_per_request"))
     else:
         block_size = rec.pick((*kp, "block_size"), kv.block_size, DEFAULT_BLOCK_SIZE[backend],
                               f"{backend} default")
@@ -218,7 +220,7 @@ def _resolve_role(rec: _Recorder, name: str, w: Worker, e: Engine, backend: str,
                 model, tensor=shape["tensor"], pipeline=shape["pipeline"],
                 kv_dtype_bytes=kv_dtype)
             rec.note((*kp, "bytes_per_token"), "derived", formula)
-        bytes_per_request = sc.bytes_per_request if sc is not None else None
+        state_bytes = sc.bytes_per_request if sc is not None else None
         raw, source = None, "overridden"
 
     # pool size per attention-DP rank
@@ -227,27 +229,25 @@ def _resolve_role(rec: _Recorder, name: str, w: Worker, e: Engine, backend: str,
         num_blocks = cap.blocks
         rec.note((*kp, "num_gpu_blocks"), "authored", "capacity.blocks")
     elif cap.bytes is not None:
-        block_bytes = block_size * bytes_per_token
-        num_blocks = cap.bytes // block_bytes
-        rec.note((*kp, "num_gpu_blocks"), "derived",
-                 f"floor({cap.bytes} / ({block_size} x {bytes_per_token})) = {num_blocks}")
-        if num_blocks < 1:
-            rec.fail((*cpath, "bytes"), "capacity-too-small",
-                     f"fixed KV capacity must fit at least one block within u64: {cap.bytes} "
-                     f"bytes < one block of {block_bytes} bytes")
+        try:
+            num_blocks, formula = geometry.fixed_blocks_from_bytes(cap.bytes, block_size,
+                                                                   bytes_per_token)
+        except geometry.GeometryError as exc:
+            rec.fail((*cpath, "bytes"), "capacity-too-small", str(exc))
             return None, meta
+        rec.note((*kp, "num_gpu_blocks"), "derived", formula)
     else:
         fraction = rec.pick((*cpath, "memory_fraction"), cap.memory_fraction,
                             DEFAULT_MEMORY_FRACTION[backend], f"{backend} default")
         try:
             num_blocks, breakdown, formula = geometry.default_kv_blocks(
                 model, gpu, backend=backend, tensor=shape["tensor"],
-                pipeline=shape["pipeline"], moe_tensor=shape["moe_tensor"],
+                pipeline=shape["pipeline"], moe_tensor=_expert_shards(shape),
                 moe_expert=shape["moe_expert"], max_batched_tokens=max_batched_tokens,
                 memory_fraction=fraction,
                 cuda_graph_reserved_bytes=cap.cuda_graph_reserved_bytes or 0,
                 kv_bytes_per_token=bytes_per_token, block_size=block_size,
-                weight_dtype_bytes=geometry.weight_dtype_bytes(model, e.gemm_quant_mode))
+                weight_dtype_bytes=_weight_dtype_bytes(e.gemm_quant_mode))
         except geometry.GeometryError as exc:
             rec.fail(cpath, "no-kv-budget", str(exc),
                      "use more GPUs per worker (tensor/pipeline), a larger GPU, or a higher "
@@ -256,7 +256,8 @@ def _resolve_role(rec: _Recorder, name: str, w: Worker, e: Engine, backend: str,
         rec.note((*kp, "num_gpu_blocks"), "derived", formula)
         meta["capacity"] = breakdown
 
-    if bytes_per_request is not None:
+    if state_bytes is not None:
+        bytes_per_request = state_bytes
         state_blocks, allocated = geometry.manual_state_cache(block_size, bytes_per_token,
                                                               bytes_per_request)
         state = StateCacheArgs(bytes_per_request=bytes_per_request, state_blocks=state_blocks,
@@ -265,6 +266,13 @@ def _resolve_role(rec: _Recorder, name: str, w: Worker, e: Engine, backend: str,
         rec.note((*kp, "state_cache", "state_blocks"), "derived",
                  f"ceil({bytes_per_request} / ({block_size} x {bytes_per_token})) = "
                  f"{state_blocks}")
+        for key in ("allocated_bytes_per_request", "source", "raw_bytes_per_request"):
+            rec.note((*kp, "state_cache", key), "derived" if source == "inferred" or
+                     key == "allocated_bytes_per_request" else "authored",
+                     f"state_blocks x block bytes = {allocated}"
+                     if key == "allocated_bytes_per_request" else None)
+        if source == "overridden":
+            rec.note((*kp, "state_cache", "bytes_per_request"), "authored")
         meta["state_cache"] = {"source": source, "bytes_per_request": bytes_per_request,
                                "state_blocks": state_blocks,
                                "allocated_bytes_per_request": allocated,
@@ -284,6 +292,13 @@ def _resolve_role(rec: _Recorder, name: str, w: Worker, e: Engine, backend: str,
         max_model_len = None
         rec.note((*path, "max_model_len"), "defaulted", f"unlimited on {backend}")
 
+    rec.note((*path, "worker_type"), "derived", f"the role name {name!r}")
+    rec.note((*path, "backend"), "derived", f"engine.backend {backend!r}")
+    rec.note((*path, "model"), "derived", f"engine.model {model.name!r}")
+    rec.pick((*path, "preemption_mode"), None, "lifo", "vLLM default")
+    rec.pick((*kp, "prefix_match_unit"), kv.prefix_match_unit, None, "the block size")
+    if speculation is None:
+        rec.note(("engine", "speculation"), "defaulted", "no speculative decoding")
     t = w.timing or Timing()
     timing = TimingArgs(type=rec.pick((*path, "timing", "type"), t.type, "default"),
                         prefill_ms=t.prefill_ms, decode_ms=t.decode_ms, path=t.path)
@@ -298,6 +313,33 @@ def _resolve_role(rec: _Recorder, name: str, w: Worker, e: Engine, backend: str,
         max_model_len=max_model_len, prefix_match_unit=kv.prefix_match_unit, state_cache=state,
         timing=timing, speculation=speculation, startup_seconds=float(startup))
     return role, meta
+
+
+def _expert_shards(shape: dict[str, int]) -> int:
+    """MoE-TP width for weight placement: unset MoE parallelism shards experts like attention.
+
+    ``moe_tensor`` x ``moe_expert`` repartition the attention GPUs (tensor x attention_data);
+    left at 1 x 1, the experts are split tensor-parallel over all of them, as vLLM does.
+    """
+    if shape["moe_tensor"] * shape["moe_expert"] == 1:
+        return shape["tensor"] * shape["attention_data"]
+    return shape["moe_tensor"]
+
+
+def _formula(lines: tuple[str, ...], name: str) -> str:
+    """The provenance line of an inference that explains ``name``."""
+    for line in lines:
+        if line.startswith(name) or f" {name} " in line:
+            return line
+    return "; ".join(lines)
+
+
+def _weight_dtype_bytes(gemm_quant_mode: str | None) -> float | None:
+    if gemm_quant_mode is None or gemm_quant_mode == "auto":
+        return None
+    if gemm_quant_mode == "nvfp4":
+        return 0.5
+    return catalog.dtype_name_bytes(gemm_quant_mode)
 
 
 def _kv_transfer(rec: _Recorder, e: Engine, roles: dict[str, RoleArgs]) -> KvTransferArgs | None:
@@ -316,8 +358,8 @@ def _kv_transfer(rec: _Recorder, e: Engine, roles: dict[str, RoleArgs]) -> KvTra
                  "the prefill role's resolved kv_cache.bytes_per_token")
     bandwidth = kt.bandwidth_gb_per_second if kt is not None else None
     rec.pick((*path, "bandwidth_gb_per_second"), bandwidth, None, "no transfer delay")
-    mode = rec.pick((*path, "timing_mode"), kt.timing_mode if kt else None,
-                    "destination_missing")
+    mode: Literal["destination_missing", "full_prompt"] = rec.pick(
+        (*path, "timing_mode"), kt.timing_mode if kt else None, "destination_missing")
     state_bytes = prefill.state_cache.bytes_per_request if prefill.state_cache else 0
     return KvTransferArgs(bytes_per_token=bpt, bandwidth_gb_per_second=bandwidth,
                           timing_mode=mode, state_bytes=state_bytes)
@@ -325,62 +367,66 @@ def _kv_transfer(rec: _Recorder, e: Engine, roles: dict[str, RoleArgs]) -> KvTra
 
 def _workload(rec: _Recorder, t: Traffic | None, base_dir: PathLike | None) -> dict[str, Any]:
     """The resolved traffic: source, load and stop with every default applied."""
-    if t is None:
-        rec.note(("traffic",), "defaulted", "1024/128-token synthetic requests, concurrency "
-                 "10, 100 requests")
-        t = Traffic()
+    t = t or Traffic()
     src, load, stop = t.source or Source(), t.load or Load(), t.stop or Stop()
-    stype = src.type or "synthetic"
+    sp: Path = ("traffic", "source")
+    lp: Path = ("traffic", "load")
+    stype = rec.pick((*sp, "type"), src.type, "synthetic")
     source: dict[str, Any] = {"type": stype}
     if stype == "synthetic":
-        source |= {"input_tokens": src.input_tokens if src.input_tokens is not None else 1024,
-                   "output_tokens": src.output_tokens if src.output_tokens is not None
-                   else 128,
-                   "cached_prefix_tokens": src.cached_prefix_tokens or 0}
+        source["input_tokens"] = rec.pick((*sp, "input_tokens"), src.input_tokens, 1024)
+        source["output_tokens"] = rec.pick((*sp, "output_tokens"), src.output_tokens, 128)
+        source["cached_prefix_tokens"] = rec.pick((*sp, "cached_prefix_tokens"),
+                                                  src.cached_prefix_tokens, 0)
     elif stype == "synthetic-session":
         s = src.session or Session()
-        source |= {
-            "new_input_tokens_per_turn": src.new_input_tokens_per_turn or 1024,
-            "output_tokens_per_turn": src.output_tokens_per_turn
-            if src.output_tokens_per_turn is not None else 128,
-            "turns": s.turns or 4, "shared_prefix_ratio": float(s.shared_prefix_ratio or 0.0),
-            "prefix_groups": s.prefix_groups or 0,
-            "inter_turn_delay_ms": float(s.inter_turn_delay_ms or 0.0)}
+        source["new_input_tokens_per_turn"] = rec.pick(
+            (*sp, "new_input_tokens_per_turn"), src.new_input_tokens_per_turn, 1024)
+        source["output_tokens_per_turn"] = rec.pick(
+            (*sp, "output_tokens_per_turn"), src.output_tokens_per_turn, 128)
+        source["turns"] = rec.pick((*sp, "turns"), s.turns, 4)
+        source["shared_prefix_ratio"] = float(rec.pick((*sp, "shared_prefix_ratio"),
+                                                       s.shared_prefix_ratio, 0.0))
+        source["prefix_groups"] = rec.pick((*sp, "prefix_groups"), s.prefix_groups, 0)
+        source["inter_turn_delay_ms"] = float(rec.pick((*sp, "inter_turn_delay_ms"),
+                                                       s.inter_turn_delay_ms, 0.0))
     else:
         assert src.paths is not None
         trace = PathLike(src.paths[0])
         if base_dir is not None and not trace.is_absolute():
             trace = base_dir / trace
-        source |= {"path": str(trace), "format": src.format or "mooncake",
-                   "block_size": src.block_size or 512}
-    ltype = load.type or "concurrency"
+            rec.note((*sp, "path"), "derived", f"{src.paths[0]} relative to the config's folder")
+        else:
+            rec.note((*sp, "path"), "authored")
+        source["path"] = str(trace)
+        source["format"] = rec.pick((*sp, "format"), src.format, "mooncake")
+        source["block_size"] = rec.pick((*sp, "block_size"), src.block_size, 512)
+    ltype = rec.pick((*lp, "type"), load.type, "concurrency")
     resolved_load: dict[str, Any] = {"type": ltype}
     unit: float = 1.0
     if ltype == "concurrency":
-        resolved_load["concurrency"] = load.concurrency or 10
-        unit = resolved_load["concurrency"]
+        unit = resolved_load["concurrency"] = rec.pick((*lp, "concurrency"), load.concurrency,
+                                                       10)
     elif ltype in ("poisson", "constant_rate"):
         key = "sessions_per_second" if stype == "synthetic-session" else "requests_per_second"
-        resolved_load[key] = getattr(load, key)
-        unit = resolved_load[key]
+        unit = resolved_load[key] = rec.pick((*lp, key), getattr(load, key), 1.0)
         if ltype == "poisson":
-            resolved_load["seed"] = load.seed if load.seed is not None else 42
+            resolved_load["seed"] = rec.pick((*lp, "seed"), load.seed, 42)
     else:
-        resolved_load["speedup"] = load.speedup or 1.0
+        resolved_load["speedup"] = rec.pick((*lp, "speedup"), load.speedup, 1.0)
     resolved_stop: dict[str, Any] = {}
+    stp: Path = ("traffic", "stop")
     if stype == "trace":
         if stop.max_virtual_time_seconds is not None:
             resolved_stop["max_virtual_time_seconds"] = stop.max_virtual_time_seconds
+            rec.note((*stp, "max_virtual_time_seconds"), "authored")
     else:
         count_key = "sessions" if stype == "synthetic-session" else "requests"
         absolute, relative = getattr(stop, count_key), getattr(stop, f"{count_key}_per_load_unit")
-        if absolute is not None:
-            resolved_stop[count_key] = absolute
-        elif relative is not None:
+        if relative is not None and absolute is None:
             resolved_stop[count_key] = max(1, math.ceil(relative * unit))
-            rec.note(("traffic", "stop", count_key), "derived",
+            rec.note((*stp, count_key), "derived",
                      f"ceil({relative} x {unit}) ({count_key}_per_load_unit x load unit)")
         else:
-            resolved_stop[count_key] = 100
-            rec.note(("traffic", "stop", count_key), "defaulted")
+            resolved_stop[count_key] = rec.pick((*stp, count_key), absolute, 100)
     return {"source": source, "load": resolved_load, "stop": resolved_stop}
