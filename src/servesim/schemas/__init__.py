@@ -77,7 +77,7 @@ def _type_schema(tp: Any, defs: dict[str, Any]) -> dict[str, Any]:
     if origin is list or (origin is tuple and get_args(tp)[-1] is Ellipsis):
         return {"type": "array", "items": _type_schema(get_args(tp)[0], defs)}
     if origin is dict:
-        key, value = get_args(tp)
+        _key, value = get_args(tp)
         return {"type": "object", "additionalProperties": _type_schema(value, defs)}
     if attrs.has(tp):
         if tp.__name__ not in defs:
