@@ -17,6 +17,16 @@ from servesim.plugins.manager import EngineRegistry
 from servesim.workloads import build_workload
 
 
+def replay(payload: Payload, *, registry: EngineRegistry | None = None,
+           base_dir: Path | None = None) -> dict[str, Any]:
+    """Replay a payload with the default plugin registry; return the report dict."""
+    if registry is None:
+        from servesim.plugins.manager import get_plugin_manager
+
+        registry = EngineRegistry.collect(get_plugin_manager())
+    return replay_payload(payload, registry=registry, base_dir=base_dir)
+
+
 def replay_payload(payload: Payload, *, registry: EngineRegistry, base_dir: Path | None = None,
                    requests_out: Path | None = None,
                    progress: Callable[[float], None] | None = None) -> dict[str, Any]:

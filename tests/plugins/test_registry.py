@@ -1,0 +1,83 @@
+from __future__ import annotations
+
+import pytest
+
+from servesim.engines.base import Engine, ReplayResult
+from servesim.errors import ServesimError
+from servesim.plugins import hookimpl
+from servesim.plugins.manager import EngineRegistry, get_plugin_manager
+
+
+class _Echo(Engine):
+    NAME = "echo"
+    DESCRIPTION = "test engine"
+
+    def replay(self, payload, workload, sink, *, progress=None):  # type: ignore[no-untyped-def]
+        return ReplayResult(end_ms=0.0, gpu_seconds={})
+
+
+class _EchoPlugin:
+    @hookimpl
+    def servesim_register_engines(self) -> list[type[Engine]]:
+        return [_Echo]
+
+
+class _DuplicateVllm:
+    class Clash(_Echo):
+        NAME = "vllm"
+
+    @hookimpl
+    def servesim_register_engines(self) -> list[type[Engine]]:
+        return [self.Clash]
+
+
+class _Broken:
+    @hookimpl
+    def servesim_register_engines(self) -> list[type[Engine]]:
+        raise RuntimeError("boom")
+
+
+def test_builtin_engines_register_through_the_hook() -> None:
+    registry = EngineRegistry.collect(get_plugin_manager(load_entrypoints=False))
+    assert registry.names() == ["disagg", "vllm"]
+    assert registry.origin("vllm") == "servesim.builtin"
+
+
+def test_a_plugin_engine_is_listed_with_its_plugin_name() -> None:
+    pm = get_plugin_manager(load_entrypoints=False, plugins=[_EchoPlugin()])
+    registry = EngineRegistry.collect(pm)
+    assert "echo" in registry.names()
+    engine = registry.get("echo")
+    assert isinstance(engine, _Echo)
+
+
+def test_duplicate_engine_names_are_fatal_and_name_both_plugins() -> None:
+    pm = get_plugin_manager(load_entrypoints=False, plugins=[_DuplicateVllm()])
+    with pytest.raises(ServesimError) as info:
+        EngineRegistry.collect(pm)
+    message = str(info.value)
+    assert "engine name 'vllm' is registered by both" in message
+    assert "servesim.builtin" in message
+
+
+def test_a_plugin_that_raises_is_reported_with_its_name() -> None:
+    pm = get_plugin_manager(load_entrypoints=False, plugins=[_Broken()])
+    name = pm.get_name(next(p for p in pm.get_plugins() if isinstance(p, _Broken)))
+    with pytest.raises(ServesimError) as info:
+        EngineRegistry.collect(pm)
+    assert f"plugin {name!r} raised in servesim_register_engines: RuntimeError: boom" in str(
+        info.value)
+
+
+def test_autoload_can_be_disabled_by_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+    import pluggy
+
+    monkeypatch.setattr(pluggy.PluginManager, "load_setuptools_entrypoints",
+                        lambda self, group, name=None: calls.append(group) or 0)
+    monkeypatch.setenv("SERVESIM_DISABLE_PLUGIN_AUTOLOAD", "1")
+    get_plugin_manager()
+    assert calls == []
+    monkeypatch.delenv("SERVESIM_DISABLE_PLUGIN_AUTOLOAD")
+    get_plugin_manager()
+    assert calls == ["servesim"]
