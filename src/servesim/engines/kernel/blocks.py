@@ -1,0 +1,191 @@
+"""The KV block pool of one attention-DP rank, with its prefix index and LRU.
+
+Every physical block is in exactly one of three states:
+
+* **free** - holds nothing reusable (never used, or released without a cache identity);
+* **active** - referenced by at least one lease (``ref > 0``);
+* **inactive** - released (``ref == 0``) but still addressable by its hash, so a later
+  request with the same prefix can reuse it; evicted on demand in LRU order.
+
+A full block gets a hash identity only once its tokens are computed (:meth:`publish`), so
+a prefix hit never points at KV that does not exist yet. Releasing a lease walks it in
+reverse, leaf first: the LRU then evicts the oldest release batch first and, inside a
+batch, suffix blocks before the prefix blocks they extend (a parent outlives its leaf).
+Free blocks are always consumed before any cached block is evicted.
+
+A *lease* is the plain ``list[int]`` of physical block ids a holder owns, in token order.
+The pool does not know who holds a lease, so the same calls serve request KV, a future
+per-request state cache (more leases per request) and P/D handoff (a source simply keeps
+its lease until released; a destination reserves a lease before the KV arrives).
+
+Every operation costs O(blocks touched): dicts and an ``OrderedDict`` carry the state,
+nothing scans the pool.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+
+Lease = list[int]
+
+
+class BlockPool:
+    """``num_blocks`` physical blocks of ``block_size`` tokens (one rank, one TP shard)."""
+
+    __slots__ = (
+        "_free",
+        "_hash",
+        "_index",
+        "_lru",
+        "_next_unused",
+        "_num_active",
+        "_ref",
+        "block_size",
+        "num_blocks",
+    )
+
+    def __init__(self, num_blocks: int, block_size: int) -> None:
+        if num_blocks <= 0 or block_size <= 0:
+            raise ValueError("a block pool needs num_blocks > 0 and block_size > 0")
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        # Per-block state lives in dicts keyed by block id, so a huge pool that is never
+        # filled costs nothing; never-used ids are handed out by a counter.
+        self._ref: dict[int, int] = {}
+        self._hash: dict[int, int] = {}  # block -> identity, only for cache-visible blocks
+        self._index: dict[int, int] = {}  # identity -> the block that answers lookups
+        self._lru: OrderedDict[int, None] = OrderedDict()  # inactive blocks, oldest first
+        self._free: list[int] = []  # released blocks without identity
+        self._next_unused = 0
+        self._num_active = 0
+
+    # -- counters ---------------------------------------------------------------------
+
+    @property
+    def num_active(self) -> int:
+        return self._num_active
+
+    @property
+    def num_inactive(self) -> int:
+        return len(self._lru)
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free) + self.num_blocks - self._next_unused
+
+    @property
+    def num_available(self) -> int:
+        """Blocks an allocation may take: free ones plus evictable cached ones."""
+        return self.num_blocks - self._num_active
+
+    def is_active(self, block: int) -> bool:
+        return self._ref.get(block, 0) > 0
+
+    def identity(self, block: int) -> int | None:
+        return self._hash.get(block)
+
+    def cached_identities(self) -> set[int]:
+        """All identities that a lookup can hit (for tests and inspection; O(cache))."""
+        return set(self._index)
+
+    # -- prefix cache -----------------------------------------------------------------
+
+    def lookup(self, hashes: Sequence[int], max_blocks: int) -> list[int]:
+        """Blocks answering the longest cached prefix of ``hashes[:max_blocks]``."""
+        index = self._index
+        out: list[int] = []
+        for i in range(min(max_blocks, len(hashes))):
+            block = index.get(hashes[i])
+            if block is None:
+                break
+            out.append(block)
+        return out
+
+    def publish(self, lease: Lease, hashes: Sequence[int], start: int, end: int) -> None:
+        """Make the computed full blocks ``lease[start:end]`` visible under ``hashes``.
+
+        If an identity is already cached by another block (two requests computed the same
+        prefix independently, or the recompute rule redid a cached block), the existing
+        block keeps answering lookups and this copy stays anonymous: it returns to the
+        free list on release instead of occupying the LRU with a duplicate.
+        """
+        index, ident = self._index, self._hash
+        for i in range(start, end):
+            h = hashes[i]
+            if h not in index:
+                block = lease[i]
+                index[h] = block
+                ident[block] = h
+
+    # -- allocation -------------------------------------------------------------------
+
+    def allocate(self, lease: Lease, target_blocks: int, reuse: Sequence[int] = ()) -> bool:
+        """Grow ``lease`` to ``target_blocks`` blocks, all or nothing.
+
+        ``reuse`` (cached blocks from :meth:`lookup`, for an empty lease) are referenced
+        first; the rest are fresh blocks, taken from the free list and then by evicting
+        the least recently released cached block. Returns False and leaves the lease and
+        the pool untouched when the pool cannot supply the blocks.
+        """
+        ref = self._ref
+        fresh = target_blocks - len(lease) - len(reuse)
+        if fresh < 0:
+            fresh = 0
+        if fresh:
+            # Reactivating an inactive reused block removes it from the evictable set.
+            evictable = len(self._lru) - sum(1 for b in reuse if not ref.get(b, 0))
+            if fresh > self.num_free + evictable:
+                return False
+        for block in reuse:
+            r = ref.get(block, 0)
+            if r == 0:
+                del self._lru[block]
+                self._num_active += 1
+            ref[block] = r + 1
+            lease.append(block)
+        for _ in range(fresh):
+            lease.append(self._take_fresh())
+        return True
+
+    def _take_fresh(self) -> int:
+        if self._free:
+            block = self._free.pop()
+        elif self._next_unused < self.num_blocks:
+            block = self._next_unused
+            self._next_unused += 1
+        else:
+            block, _ = self._lru.popitem(last=False)
+            h = self._hash.pop(block)
+            if self._index.get(h) == block:
+                del self._index[h]
+        self._ref[block] = 1
+        self._num_active += 1
+        return block
+
+    def release(self, lease: Lease) -> None:
+        """Drop ``lease``'s references, leaf first; the lease is left empty."""
+        ref, ident, lru, free = self._ref, self._hash, self._lru, self._free
+        for block in reversed(lease):
+            r = ref[block] - 1
+            if r:
+                ref[block] = r
+                continue
+            del ref[block]
+            self._num_active -= 1
+            if block in ident:
+                lru[block] = None
+            else:
+                free.append(block)
+        lease.clear()
+
+    def check(self) -> None:
+        """Assert the pool's internal invariants (tests; O(pool))."""
+        assert self._num_active == len(self._ref)
+        assert all(r > 0 for r in self._ref.values())
+        assert self._num_active + len(self._lru) + self.num_free == self.num_blocks
+        assert not (set(self._lru) & set(self._ref))
+        assert not (set(self._free) & (set(self._ref) | set(self._lru)))
+        for h, block in self._index.items():
+            assert self._hash.get(block) == h
+        assert all(b in self._ref or b in self._lru for b in self._hash)

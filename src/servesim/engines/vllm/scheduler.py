@@ -1,0 +1,372 @@
+"""vLLM-style continuous batching for one attention-DP rank.
+
+One :meth:`RankScheduler.execute_pass` is one engine iteration:
+
+1. running requests, in admission order, take chunks of the per-pass token budget
+   (a decoding request needs one token, a prefilling one a prompt chunk); an allocation
+   failure preempts the most recently admitted request (LIFO; FIFO on request);
+2. only if nothing was preempted, waiting requests are admitted FCFS with head-of-line
+   blocking, each after a prefix-cache probe and the admission check;
+3. requests whose computed length caught up with their sequence emit one token.
+
+A decoded token is appended to the sequence at once but its KV is computed by the next
+pass, so a decoding request always has ``length - computed == 1`` ("dangling" token).
+Token times are not known here (a worker's pass ends at its slowest rank); the caller
+stamps the tokens listed in :class:`RankPass` when the pass ends.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Final
+
+import attrs
+
+from servesim.engines.kernel.blocks import BlockPool
+from servesim.engines.kernel.requests import RequestRecord, RequestSpec
+from servesim.engines.kernel.tokens import Segment, block_hashes, generated_key
+from servesim.errors import Diagnostic, ReplayError
+from servesim.payload import RoleArgs
+from servesim.timing.base import StepTimer
+
+WAITING: Final = 0
+RUNNING: Final = 1
+FINISHED: Final = 2
+
+_SCHEDULED: Final = 0
+_BLOCKED: Final = 1
+_PREEMPTED_SELF: Final = 2
+
+
+@attrs.define(slots=True, eq=False)
+class SeqState:
+    """Scheduler state of one request on one rank."""
+
+    spec: RequestSpec
+    record: RequestRecord
+    prompt_len: int
+    max_output: int
+    # Total-length cap: max_model_len, and the pool itself (a sequence of N*B + 1 tokens is
+    # the longest one rank can hold, because the last token's KV is never computed).
+    len_cap: int
+    generated: int = 0
+    num_computed: int = 0
+    status: int = WAITING
+    admitted: bool = False
+    lease: list[int] = attrs.field(factory=list)
+    # Chained identities of complete blocks of prompt + generated tokens, grown lazily.
+    hashes: list[int] = attrs.field(factory=list)
+    num_published: int = 0  # leading lease blocks that are cache-visible
+    # What this request took in the current pass, so a later preemption can refund it.
+    pass_id: int = -1
+    pass_tokens: int = 0
+    pass_isl: int = -1  # -1: no prefill entry this pass
+    pass_prefix: int = 0
+
+    @property
+    def length(self) -> int:
+        return self.prompt_len + self.generated
+
+    @property
+    def generation_complete(self) -> bool:
+        return self.generated >= self.max_output or self.prompt_len + self.generated >= self.len_cap
+
+
+@attrs.define(slots=True, eq=False)
+class RankPass:
+    """What one rank did in one pass; token times are stamped by the caller."""
+
+    prefill_ms: float = 0.0
+    decode_ms: float = 0.0
+    emitted: list[SeqState] = attrs.field(factory=list)  # each got exactly one token
+    finished: list[SeqState] = attrs.field(factory=list)  # completed at the end of the pass
+    rejected: list[SeqState] = attrs.field(factory=list)  # terminal at the start of the pass
+    progressed: bool = False
+
+    @property
+    def duration_ms(self) -> float:
+        # Prefill and decode halves of a pass run one after the other.
+        return self.prefill_ms + self.decode_ms
+
+
+class RankScheduler:
+    """The vLLM scheduler of one attention-DP rank, with its own block pool."""
+
+    def __init__(self, role: RoleArgs, timer: StepTimer) -> None:
+        self.role = role
+        self.timer = timer
+        self.block_size = role.block_size
+        self.pool = BlockPool(role.num_gpu_blocks, role.block_size)
+        self.max_batched_tokens = role.max_batched_tokens
+        self.max_sequences = role.max_sequences
+        self.chunked = role.enable_chunked_prefill
+        self.caching = role.prefix_caching
+        self.lifo = role.preemption_mode == "lifo"
+        self.max_model_len = role.max_model_len
+        self.total_kv_tokens = role.num_gpu_blocks * role.block_size
+        self.len_cap = self.total_kv_tokens + 1
+        if role.max_model_len is not None:
+            self.len_cap = min(self.len_cap, role.max_model_len)
+        self.waiting: deque[SeqState] = deque()
+        # Admission order with O(1) removal of any member: a dict used as an ordered set.
+        self.running: dict[SeqState, None] = {}
+        self._pass_id = 0
+        self._budget = 0
+        self._batch = 0
+        self._isl = 0
+        self._prefix = 0
+        self._preemptions = 0
+
+    # -- intake -------------------------------------------------------------------------
+
+    def new_seq(self, spec: RequestSpec, record: RequestRecord) -> SeqState:
+        return SeqState(
+            spec=spec,
+            record=record,
+            prompt_len=spec.input_length,
+            max_output=spec.output_length,
+            len_cap=self.len_cap,
+        )
+
+    def submit(self, seq: SeqState) -> None:
+        self.waiting.append(seq)
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.running or self.waiting)
+
+    @property
+    def num_requests(self) -> int:
+        return len(self.running) + len(self.waiting)
+
+    # -- one pass -------------------------------------------------------------------------
+
+    def execute_pass(self, now: float) -> RankPass:
+        self._pass_id += 1
+        self._budget = self.max_batched_tokens
+        self._batch = self._isl = self._prefix = 0
+        out = RankPass()
+        scheduled: list[SeqState] = []
+        preempted_before = self._preemptions
+        # Phase A: running requests. A snapshot, because preemption removes members;
+        # a preempted one is skipped by its status.
+        for seq in list(self.running):
+            if self._budget <= 0:
+                break
+            if seq.status != RUNNING:
+                continue
+            outcome = self._schedule(seq, scheduled, now, cached=0, reuse=())
+            if outcome == _BLOCKED:
+                break
+        preempted_any = self._preemptions != preempted_before
+        # Phase B: waiting requests, FCFS; nothing is admitted in a pass that preempted.
+        if not preempted_any:
+            self._admit_waiting(scheduled, out, now)
+        if scheduled or out.rejected or preempted_any:
+            out.progressed = True
+        if self._batch:
+            b = self._batch
+            out.prefill_ms = self.timer.prefill_ms(b, self._isl // b, self._prefix // b)
+        self._emit_ready_tokens(scheduled, out)
+        return out
+
+    def _admit_waiting(self, scheduled: list[SeqState], out: RankPass, now: float) -> None:
+        waiting, running, pool, bs = self.waiting, self.running, self.pool, self.block_size
+        while waiting and len(running) < self.max_sequences:
+            seq = waiting[0]
+            if self.max_model_len is not None and seq.prompt_len >= self.max_model_len:
+                self._reject(seq, out, now)
+                continue
+            length = seq.prompt_len + seq.generated
+            total_blocks = -(-length // bs)
+            if total_blocks > pool.num_blocks:
+                self._reject(seq, out, now)
+                continue
+            cached, reuse = self._prefix_cost(seq, length)
+            # Admission: blocks this request would add to the active set must fit beside
+            # the active ones; inactive cached blocks count as available (evicted on demand).
+            active_reused = sum(1 for b in reuse if pool.is_active(b))
+            if total_blocks - active_reused > pool.num_available:
+                break  # head-of-line blocking: nothing behind it is admitted
+            outcome = self._schedule(seq, scheduled, now, cached=cached, reuse=reuse)
+            if outcome != _SCHEDULED:
+                break
+            if seq.pass_tokens == 0 and self._budget == 0:
+                break
+
+    def _prefix_cost(self, seq: SeqState, length: int) -> tuple[int, list[int]]:
+        """Cached tokens a (re)admission may reuse, and the blocks that hold them."""
+        if not self.caching:
+            return 0, []
+        bs = self.block_size
+        full = length // bs
+        self._ensure_hashes(seq, full)
+        hits = self.pool.lookup(seq.hashes, full)
+        cached = len(hits) * bs
+        if not seq.generation_complete:
+            # vLLM recompute rule: a request that still needs logits recomputes at least
+            # its last token, so a block-aligned full hit gives back its last block.
+            cached = min(cached, (length - 1) // bs * bs)
+        return cached, hits[: cached // bs]
+
+    def _schedule(
+        self,
+        seq: SeqState,
+        scheduled: list[SeqState],
+        now: float,
+        *,
+        cached: int,
+        reuse: list[int] | tuple[()],
+    ) -> int:
+        from_waiting = seq.status == WAITING
+        start = seq.num_computed + cached
+        length = seq.prompt_len + seq.generated
+        prompt_remaining = seq.prompt_len - min(start, seq.prompt_len)
+        if prompt_remaining > 0 and not self.chunked and prompt_remaining > self._budget:
+            if prompt_remaining > self.max_batched_tokens:
+                raise self._unschedulable(seq, prompt_remaining)
+            return _BLOCKED
+        desired = min(length - start, self._budget)
+        if desired == 0 and length > start:
+            return _BLOCKED
+        end = start + desired
+        target_blocks = -(-end // self.block_size)
+        pool = self.pool
+        while not pool.allocate(seq.lease, target_blocks, reuse):
+            if from_waiting:
+                # Admission already checked the blocks fit; never preempt running work
+                # for a request that is not running yet.
+                return _BLOCKED
+            victim = self._victim()
+            self._preempt(victim)
+            if victim is seq:
+                return _PREEMPTED_SELF
+        seq.num_computed = end
+        if self.caching:
+            full = end // self.block_size
+            if full > seq.num_published:
+                self._ensure_hashes(seq, full)
+                pool.publish(seq.lease, seq.hashes, seq.num_published, full)
+                seq.num_published = full
+        self._budget -= desired
+        seq.pass_id = self._pass_id
+        seq.pass_tokens = desired
+        # A prefill entry for the timing model: everything but a one-token decode step
+        # (prompt chunks, and recomputation of a preempted request's sequence).
+        if desired and start < max(seq.prompt_len, length - 1):
+            seq.pass_isl = end
+            seq.pass_prefix = start
+            self._batch += 1
+            self._isl += end
+            self._prefix += start
+        else:
+            seq.pass_isl = -1
+        if from_waiting:
+            self.waiting.popleft()
+            self.running[seq] = None
+            seq.status = RUNNING
+            rec = seq.record
+            reused = min(cached, seq.prompt_len)
+            if not seq.admitted:
+                seq.admitted = True
+                rec.first_admit_ms = now
+                rec.first_admission_reused_tokens = reused
+            if reused > rec.reused_input_tokens:
+                rec.reused_input_tokens = reused
+        scheduled.append(seq)
+        return _SCHEDULED
+
+    def _victim(self) -> SeqState:
+        running = self.running
+        return next(reversed(running)) if self.lifo else next(iter(running))
+
+    def _preempt(self, victim: SeqState) -> None:
+        """Recompute-style preemption: drop all KV (it stays cached) and requeue at front."""
+        del self.running[victim]
+        if victim.pass_id == self._pass_id:
+            # Scheduled earlier in this pass: give its tokens back to the budget.
+            self._budget += victim.pass_tokens
+            if victim.pass_isl >= 0:
+                self._batch -= 1
+                self._isl -= victim.pass_isl
+                self._prefix -= victim.pass_prefix
+            victim.pass_id = -1
+        self.pool.release(victim.lease)
+        victim.num_published = 0
+        victim.num_computed = 0
+        victim.status = WAITING
+        victim.record.num_preemptions += 1
+        self.waiting.appendleft(victim)
+        self._preemptions += 1
+
+    def _emit_ready_tokens(self, scheduled: list[SeqState], out: RankPass) -> None:
+        ready: list[SeqState] = []
+        active = 0
+        pass_id = self._pass_id
+        for seq in scheduled:
+            if seq.pass_id != pass_id or seq.status != RUNNING:
+                continue  # preempted after being scheduled
+            length = seq.prompt_len + seq.generated
+            if seq.num_computed != length:
+                continue  # mid-prefill chunk
+            if seq.generation_complete:
+                self._finish(seq, out)  # e.g. zero-output: terminal without a token
+            else:
+                ready.append(seq)
+                active += length
+        if ready:
+            n = len(ready)
+            out.decode_ms = self.timer.decode_ms(n, active, active // n, self.total_kv_tokens)
+            emitted = out.emitted
+            for seq in ready:
+                seq.generated += 1
+                emitted.append(seq)
+                if seq.generation_complete:
+                    self._finish(seq, out)
+
+    def _finish(self, seq: SeqState, out: RankPass) -> None:
+        del self.running[seq]
+        self.pool.release(seq.lease)
+        seq.num_published = 0
+        seq.status = FINISHED
+        out.finished.append(seq)
+
+    def _reject(self, seq: SeqState, out: RankPass, now: float) -> None:
+        self.waiting.popleft()
+        seq.status = FINISHED
+        out.rejected.append(seq)
+
+    def _ensure_hashes(self, seq: SeqState, n_blocks: int) -> None:
+        have = len(seq.hashes)
+        if have >= n_blocks:
+            return
+        bs = self.block_size
+        prompt = seq.spec.prompt
+        if n_blocks * bs > seq.prompt_len:
+            prompt = (*prompt, Segment(generated_key(seq.spec.request_id), seq.generated, False))
+        seq.hashes.extend(
+            block_hashes(
+                prompt, bs, limit=n_blocks * bs, start=have * bs,
+                previous=seq.hashes[-1] if have else 0,
+            )
+        )
+
+    def _unschedulable(self, seq: SeqState, tokens: int) -> ReplayError:
+        return ReplayError(
+            [
+                Diagnostic(
+                    code="request-unschedulable",
+                    message=(
+                        f"request {seq.spec.request_id} needs {tokens} uncached prompt tokens "
+                        "in one pass, but chunked prefill is disabled and max_batched_tokens "
+                        f"is {self.max_batched_tokens}; the replay would deadlock"
+                    ),
+                    path=("engine", "workers", self.role.worker_type, "scheduler",
+                          "max_batched_tokens"),
+                    hint=(
+                        "set enable_chunked_prefill = true, or raise "
+                        f"scheduler.max_batched_tokens to at least {tokens}"
+                    ),
+                )
+            ]
+        )

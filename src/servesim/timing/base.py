@@ -1,0 +1,24 @@
+"""The step-time provider interface a scheduler prices its passes with."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class StepTimer(Protocol):
+    """Duration of the two sequential halves of one engine pass, in milliseconds.
+
+    A scheduler calls :meth:`prefill_ms` once per pass with the requests that computed
+    prompt tokens in it and :meth:`decode_ms` once with the requests that emit a token.
+    An empty half (``batch == 0``) must cost ``0.0``.
+    """
+
+    def prefill_ms(self, batch: int, mean_isl: float, mean_prefix: float) -> float:
+        """``batch`` prefilling requests; mean context after and before this pass's chunk."""
+        ...
+
+    def decode_ms(
+        self, batch: int, active_kv_tokens: int, mean_context: float, total_kv_tokens: int
+    ) -> float:
+        """``batch`` decoding requests holding ``active_kv_tokens`` of ``total_kv_tokens``."""
+        ...

@@ -1,0 +1,33 @@
+"""``timing.type = "polynomial"``: closed-form curves fitted once, independent of the model.
+
+Prefill is quadratic in the new tokens of the pass; decode is a concave curve in the KV
+utilisation of the pool, floored at 1 ms.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+PREFILL_A = 4.209989e-07
+PREFILL_B = 1.518344e-02
+PREFILL_C = 16.50142
+DECODE_A = -25.74
+DECODE_B = 54.01
+DECODE_C = 5.74
+
+
+@attrs.frozen(slots=True)
+class PolynomialTimer:
+    def prefill_ms(self, batch: int, mean_isl: float, mean_prefix: float) -> float:
+        t = batch * (mean_isl - mean_prefix)
+        if t <= 0:
+            return 0.0
+        return PREFILL_A * t * t + PREFILL_B * t + PREFILL_C
+
+    def decode_ms(
+        self, batch: int, active_kv_tokens: int, mean_context: float, total_kv_tokens: int
+    ) -> float:
+        if batch <= 0:
+            return 0.0
+        u = min(1.0, active_kv_tokens / total_kv_tokens) if total_kv_tokens > 0 else 1.0
+        return max(1.0, DECODE_A * u * u + DECODE_B * u + DECODE_C)

@@ -1,0 +1,71 @@
+"""Build the step timer a role's ``timing`` arguments ask for.
+
+Providers are looked up by ``timing.type`` in a read-only table; a new provider (the
+analytical default model, measured tables) is one more entry with the same signature.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+
+from servesim.errors import Diagnostic, ReplayError
+from servesim.payload import RoleArgs
+from servesim.timing.base import StepTimer
+from servesim.timing.fixed import FixedTimer
+from servesim.timing.polynomial import PolynomialTimer
+
+TimerFactory = Callable[[RoleArgs], StepTimer]
+
+
+def _timing_path(role: RoleArgs, key: str) -> tuple[str, ...]:
+    return ("engine", "workers", role.worker_type, "timing", key)
+
+
+def _fixed(role: RoleArgs) -> StepTimer:
+    t = role.timing
+    problems = [
+        Diagnostic(
+            code="timing-invalid",
+            message=f"fixed timing requires a finite {key} >= 0, got {value!r}",
+            path=_timing_path(role, key),
+        )
+        for key, value in (("prefill_ms", t.prefill_ms), ("decode_ms", t.decode_ms))
+        # `not value >= 0` also catches NaN; inf is rejected explicitly.
+        if value is None or not value >= 0 or value == float("inf")
+    ]
+    if problems:
+        raise ReplayError(problems)
+    assert t.prefill_ms is not None and t.decode_ms is not None
+    return FixedTimer(prefill_ms=float(t.prefill_ms), decode_ms=float(t.decode_ms))
+
+
+def _polynomial(role: RoleArgs) -> StepTimer:
+    return PolynomialTimer()
+
+
+PROVIDERS: Mapping[str, TimerFactory] = MappingProxyType(
+    {"fixed": _fixed, "polynomial": _polynomial}
+)
+
+_UNAVAILABLE = (
+    "the default analytical timing model is not available yet; set timing.type = "
+    '"fixed" (with prefill_ms and decode_ms) or "polynomial"'
+)
+
+
+def make_timer(role: RoleArgs) -> StepTimer:
+    """The step timer of ``role``; a :class:`ReplayError` if its provider is unavailable."""
+    factory = PROVIDERS.get(role.timing.type)
+    if factory is None:
+        message = (
+            _UNAVAILABLE
+            if role.timing.type in ("default", "table")
+            else f"unknown timing type {role.timing.type!r}; expected one of "
+            + ", ".join(sorted(PROVIDERS))
+        )
+        raise ReplayError(
+            [Diagnostic(code="timing-unavailable", message=message,
+                        path=_timing_path(role, "type"))]
+        )
+    return factory(role)

@@ -1,0 +1,114 @@
+"""Helpers for engine tests: a list-backed workload and compact request/role builders."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import attrs
+import pytest
+
+from servesim.engines.kernel.requests import RequestRecord, RequestSpec
+from servesim.engines.kernel.tokens import Prompt, Segment, make_prompt, prompt_length
+from servesim.engines.vllm import AggregatedReplay, ReplayStats
+from servesim.payload import RoleArgs, TimingArgs
+
+P_MS = 10.0
+D_MS = 1.0
+
+
+@attrs.define
+class ListWorkload:
+    """Open-loop ``specs`` plus ``followups[id]``: requests released when ``id`` ends,
+    with their ``arrival_ms`` taken as a delay after that terminal time."""
+
+    specs: list[RequestSpec]
+    followups: dict[int, list[RequestSpec]] = attrs.field(factory=dict)
+    max_time_ms: float | None = None
+    terminals: list[tuple[int, float]] = attrs.field(factory=list)
+
+    def start(self) -> Iterator[RequestSpec]:
+        return iter(sorted(self.specs, key=lambda s: (s.arrival_ms, s.request_id)))
+
+    def on_terminal(self, request: RequestSpec, time_ms: float) -> list[RequestSpec]:
+        self.terminals.append((request.request_id, time_ms))
+        return [
+            attrs.evolve(s, arrival_ms=time_ms + s.arrival_ms)
+            for s in self.followups.get(request.request_id, [])
+        ]
+
+
+class Sim:
+    """Builders shared by the engine tests (exposed through the ``sim`` fixture)."""
+
+    P = P_MS
+    D = D_MS
+    ListWorkload = ListWorkload
+
+    @staticmethod
+    def role(**kw: Any) -> RoleArgs:
+        timing = kw.pop("timing", TimingArgs(type="fixed", prefill_ms=P_MS, decode_ms=D_MS))
+        base: dict[str, Any] = {
+            "worker_type": "aggregated",
+            "backend": "vllm",
+            "model": "test-model",
+            "hardware": "test-gpu",
+            "block_size": 4,
+            "num_gpu_blocks": 64,
+        }
+        base.update(kw)
+        return RoleArgs(timing=timing, **base)
+
+    @staticmethod
+    def prompt(*parts: int | tuple[int, int]) -> Prompt:
+        """``(key, n)`` = n distinct tokens of ``key``; an int ``key`` = 4 distinct tokens."""
+        segs = []
+        for part in parts:
+            key, n = (part, 4) if isinstance(part, int) else part
+            segs.append(Segment(key, n, repeat=False))
+        return make_prompt(segs)
+
+    @staticmethod
+    def spec(
+        rid: int, prompt: Prompt | int, out: int, arrival: float = 0.0, **kw: Any
+    ) -> RequestSpec:
+        if isinstance(prompt, int):  # unique prompt of that many tokens
+            prompt = make_prompt([Segment(10_000 + rid, prompt, repeat=False)])
+        return RequestSpec(
+            request_id=rid,
+            arrival_ms=arrival,
+            prompt=prompt,
+            input_length=prompt_length(prompt),
+            output_length=out,
+            **kw,
+        )
+
+    @staticmethod
+    def run(
+        role: RoleArgs,
+        specs: Sequence[RequestSpec] | ListWorkload,
+        *,
+        check: bool = True,
+    ) -> tuple[dict[int, RequestRecord], ReplayStats, AggregatedReplay]:
+        workload = specs if isinstance(specs, ListWorkload) else ListWorkload(list(specs))
+        records: dict[int, RequestRecord] = {}
+
+        def sink(record: RequestRecord) -> None:
+            assert record.request_id not in records, "a request reached the sink twice"
+            records[record.request_id] = record
+
+        from servesim.timing import make_timer
+
+        replay = AggregatedReplay(role, make_timer(role), workload, sink, None)
+        stats = replay.run()
+        if check:
+            for worker in replay.workers:
+                for rank in worker.ranks:
+                    rank.pool.check()
+        return records, stats, replay
+
+
+@pytest.fixture
+def sim() -> type[Sim]:
+    return Sim
+

@@ -1,0 +1,138 @@
+"""Block pool: states, atomic allocation, publication and LRU eviction order (spec §5.5)."""
+
+from __future__ import annotations
+
+from servesim.engines.kernel.blocks import BlockPool
+from servesim.engines.kernel.tokens import Segment, block_hashes, make_prompt
+
+
+def _hashes(*segs: tuple[int, int]) -> list[int]:
+    return block_hashes(make_prompt([Segment(k, n, repeat=False) for k, n in segs]), 4)
+
+
+def test_lru_evicts_oldest_release_batch_first_and_suffix_before_prefix() -> None:
+    # Spec case 32: pool of 10 blocks of 4 tokens.
+    pool = BlockPool(10, 4)
+    a = _hashes((1, 17))  # A: 15 prompt + 2 generated tokens -> full blocks 0-3, 1 partial
+    b = _hashes((1, 10), (2, 4))  # B: 14 tokens sharing A's first 10
+    lease_a: list[int] = []
+    assert pool.allocate(lease_a, 5)
+    pool.publish(lease_a, a, 0, 4)
+    assert pool.num_active == 5
+
+    hits = pool.lookup(b, len(b))
+    assert len(hits) == 2  # 8 tokens: blocks 0-1 (block 2 holds A's 10,11 vs B's own)
+    lease_b: list[int] = []
+    assert pool.allocate(lease_b, 4, reuse=hits)  # new_blocks = 2
+    pool.publish(lease_b, b, 2, 3)
+    assert pool.num_active == 7
+
+    pool.release(lease_a)
+    assert (pool.num_active, pool.num_inactive) == (4, 2)  # A's blocks 2 and 3
+    pool.release(lease_b)
+    assert (pool.num_active, pool.num_inactive) == (0, 5)
+    pool.check()
+
+    survivors_before = pool.cached_identities()
+    lease_c: list[int] = []
+    assert pool.allocate(lease_c, 9)  # 36 tokens: 5 free slots first, then 4 evictions
+    evicted = survivors_before - pool.cached_identities()
+    # Evicted in order: A block 3, A block 2, B's divergent block 2, shared block 1.
+    assert evicted == {a[3], a[2], b[2], a[1]}
+    assert pool.cached_identities() == {a[0]}
+    # The eviction order itself, one block at a time:
+    pool2 = _replay_case_32()
+    order = []
+    for _ in range(4):
+        before = pool2.cached_identities()
+        assert pool2.allocate([], 1)
+        (gone,) = before - pool2.cached_identities()
+        order.append(gone)
+    assert order == [a[3], a[2], b[2], a[1]]
+    pool.check()
+
+
+def _replay_case_32() -> BlockPool:
+    """Case 32's pool after A and B finished, with the 5 free slots already taken."""
+    pool = BlockPool(10, 4)
+    a = _hashes((1, 17))
+    b = _hashes((1, 10), (2, 4))
+    la: list[int] = []
+    pool.allocate(la, 5)
+    pool.publish(la, a, 0, 4)
+    lb: list[int] = []
+    pool.allocate(lb, 4, reuse=pool.lookup(b, 3))
+    pool.publish(lb, b, 2, 3)
+    pool.release(la)
+    pool.release(lb)
+    assert pool.allocate([], 5)
+    assert pool.num_free == 0
+    return pool
+
+
+def test_release_keeps_the_parent_when_a_leaf_is_evicted() -> None:
+    # Spec case 33.
+    pool = BlockPool(2, 4)
+    h = _hashes((1, 8))
+    lease: list[int] = []
+    assert pool.allocate(lease, 2)
+    pool.publish(lease, h, 0, 2)
+    pool.release(lease)
+    assert pool.allocate([], 1)  # an unrelated 1-block request
+    assert len(pool.lookup(h, 2)) == 1  # the parent survives, the leaf is gone
+    pool.check()
+
+
+def test_allocation_is_atomic() -> None:
+    pool = BlockPool(4, 4)
+    held: list[int] = []
+    assert pool.allocate(held, 3)
+    lease = [99]  # a foreign entry proves the lease is untouched on failure
+    assert not pool.allocate(lease, 3)
+    assert lease == [99]
+    assert (pool.num_active, pool.num_free) == (3, 1)
+
+
+def test_reusing_an_inactive_block_does_not_count_it_as_evictable() -> None:
+    pool = BlockPool(2, 4)
+    h = _hashes((1, 4))
+    lease: list[int] = []
+    pool.allocate(lease, 1)
+    pool.publish(lease, h, 0, 1)
+    pool.release(lease)  # 1 inactive, 1 free
+    hits = pool.lookup(h, 1)
+    assert not pool.allocate(lease, 3, reuse=hits)  # needs 2 fresh, only 1 free
+    assert lease == [] and pool.num_inactive == 1
+    assert pool.allocate(lease, 2, reuse=hits)
+    assert pool.num_active == 2
+    pool.check()
+
+
+def test_shared_blocks_are_ref_counted_and_duplicates_stay_anonymous() -> None:
+    pool = BlockPool(8, 4)
+    h = _hashes((1, 8))
+    a: list[int] = []
+    pool.allocate(a, 2)
+    pool.publish(a, h, 0, 2)
+    b: list[int] = []
+    pool.allocate(b, 2, reuse=pool.lookup(h, 1))  # shares block 0, recomputes block 1
+    pool.publish(b, h, 1, 2)  # duplicate identity: A's block keeps answering lookups
+    assert b[0] == a[0] and b[1] != a[1]
+    assert pool.lookup(h, 2) == a
+    pool.release(a)
+    assert pool.is_active(b[0]) and pool.num_inactive == 1
+    pool.release(b)
+    assert pool.num_inactive == 2 and pool.num_free == 6  # B's duplicate went back free
+    pool.check()
+
+
+def test_a_fully_evicted_pool_reuses_every_block() -> None:
+    pool = BlockPool(3, 2)
+    for key in range(5):
+        h = block_hashes(make_prompt([Segment(key, 6, repeat=False)]), 2)
+        lease: list[int] = []
+        assert pool.allocate(lease, 3)
+        pool.publish(lease, h, 0, 3)
+        pool.release(lease)
+        pool.check()
+    assert pool.num_inactive == 3 and pool.num_active == 0
