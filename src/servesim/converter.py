@@ -25,6 +25,7 @@ from cattrs.errors import (
     IterableValidationError,
     IterableValidationNote,
 )
+from cattrs.gen import make_dict_structure_fn
 
 from servesim.errors import Diagnostic, Path, format_path
 
@@ -166,6 +167,19 @@ def make_converter() -> cattrs.Converter:
         return out
 
     conv.register_structure_hook_func(lambda t: get_origin(t) is list, list_hook)
+
+    def attrs_hook_factory(cl: Any) -> Any:
+        # cattrs' generated hook fails on a scalar with "'int' object is not iterable"
+        inner = make_dict_structure_fn(cl, conv)
+
+        def hook(value: Any, tp: Any) -> Any:
+            if not isinstance(value, dict):
+                raise _TypeMismatch(f"expected a table, got {_describe(value)}")
+            return inner(value, tp)
+
+        return hook
+
+    conv.register_structure_hook_factory(attrs.has, attrs_hook_factory)
     return conv
 
 
