@@ -225,7 +225,7 @@ class MooncakeReader:
 
     def _parse(self, raw: bytes) -> TraceRow:
         try:
-            obj = json.loads(raw.decode("utf-8"))
+            obj = json.loads(raw.strip().decode("utf-8"))
         except UnicodeDecodeError as exc:
             raise self._error("trace-bad-json", "the line is not valid UTF-8",
                               "save the trace as UTF-8 text") from exc

@@ -1,0 +1,433 @@
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from servesim.engines.kernel.tokens import Segment, generated_key, prompt_length
+from servesim.errors import WorkloadError
+from servesim.workloads import build_workload, iter_trace_rows, trace_sha256, validate_trace
+
+Simulate = Callable[..., Any]
+WriteTrace = Callable[..., Path]
+REPO = Path(__file__).resolve().parents[2]
+
+
+def trace_spec(load: dict[str, Any] | None = None, stop: dict[str, Any] | None = None,
+               **source: Any) -> dict[str, Any]:
+    src = {"type": "trace", "path": "trace.jsonl", "format": "mooncake", "block_size": 512}
+    src.update(source)
+    return {"source": src, "load": load or {"type": "trace_timestamps", "speedup": 1.0},
+            "stop": stop or {}}
+
+
+def rows_of(path: Path, block_size: int = 512) -> list[Any]:
+    return list(iter_trace_rows(path, path.name, block_size))
+
+
+# -- spec §9 case 52 ---------------------------------------------------------------------------
+
+
+def test_case_52_hash_ids_expand_at_the_trace_block_size(write_trace: WriteTrace) -> None:
+    path = write_trace([{"hash_ids": [7, 8], "input_length": 700, "output_length": 10}])
+    (row,) = rows_of(path)
+    assert row.prompt == (Segment(0, 512), Segment(1, 188))
+    assert row.input_length == 700 and row.output_length == 10
+    path = write_trace([{"hash_ids": [7, 8], "output_length": 10}])
+    (row,) = rows_of(path)
+    assert row.input_length == 1024
+    assert row.prompt == (Segment(0, 512), Segment(1, 512))
+    path = write_trace([{"hash_ids": [7, 8], "input_length": 1100, "output_length": 10}])
+    with pytest.raises(WorkloadError, match="exceeds hash_ids capacity"):
+        rows_of(path)
+
+
+# -- parsing ---------------------------------------------------------------------------------
+
+
+def test_hash_ids_are_interned_in_first_seen_order_across_rows(write_trace: WriteTrace) -> None:
+    path = write_trace([
+        {"hash_ids": [70, 80], "output_length": 1},
+        {"hash_ids": [70, 90, 70], "input_length": 1100, "output_length": 1},
+    ])
+    first, second = rows_of(path)
+    assert first.prompt == (Segment(0, 512), Segment(1, 512))
+    assert second.prompt == (Segment(0, 512), Segment(2, 512), Segment(0, 76))
+    assert prompt_length(second.prompt) == 1100
+
+
+def test_aliases_and_blank_lines(write_trace: WriteTrace) -> None:
+    path = write_trace([
+        {"hash_ids": [1], "input_tokens": 10, "output_tokens": 3, "created_time": 5},
+        "",
+        "   ",
+        {"hash_ids": [2], "input_length": 4, "output_length": 2, "timestamp": 9,
+         "request_id": "abc", "priority": 3, "output_token_ids": [11, 12]},
+    ])
+    a, b = rows_of(path)
+    assert (a.input_length, a.output_length, a.timestamp_ms, a.line) == (10, 3, 5.0, 1)
+    assert (b.input_length, b.output_length, b.timestamp_ms, b.line) == (4, 2, 9.0, 4)
+    assert (a.index, b.index) == (0, 1)
+    assert (a.session_id, b.session_id) == ("request_1", "request_4")
+
+
+def test_timestamps_are_normalised_to_zero_and_divided_by_speedup(
+        write_trace: WriteTrace, tmp_path: Path) -> None:
+    write_trace([{"timestamp": 1000, "hash_ids": [1], "output_length": 1},
+                 {"timestamp": 1500, "hash_ids": [2], "output_length": 1},
+                 {"timestamp": 3000, "hash_ids": [3], "output_length": 1}])
+    w = build_workload(trace_spec(), base_dir=tmp_path)
+    assert [s.arrival_ms for s in w.start()] == [0.0, 500.0, 2000.0]
+    w = build_workload(trace_spec({"type": "trace_timestamps", "speedup": 4.0}),
+                       base_dir=tmp_path)
+    specs = list(w.start())
+    assert [s.arrival_ms for s in specs] == [0.0, 125.0, 500.0]
+    assert [s.request_id for s in specs] == [0, 1, 2]
+    assert [s.session_id for s in specs] == ["request_1", "request_2", "request_3"]
+    assert w.on_terminal(specs[0], 50.0) == []
+
+
+def session_rows() -> list[dict[str, Any]]:
+    return [
+        {"session_id": "a", "timestamp": 100, "hash_ids": [1], "input_length": 8,
+         "output_length": 2},
+        {"session_id": "b", "timestamp": 110, "hash_ids": [2], "input_length": 8,
+         "output_length": 2},
+        {"session_id": "a", "timestamp": 160, "hash_ids": [1, 3], "input_length": 520,
+         "output_length": 2},  # inferred delay 60
+        {"session_id": "b", "delay": 7, "timestamp": 999, "hash_ids": [2, 4],
+         "input_length": 600, "output_length": 2},  # explicit delay wins
+        {"session_id": "a", "hash_ids": [1, 3, 5], "input_length": 1030,
+         "output_length": 2},  # no timing: delay 0
+        {"session_id": 7, "timestamp": 200, "hash_ids": [9], "output_length": 1},
+    ]
+
+
+def test_sessions_group_rows_in_file_order_with_delays(
+        write_trace: WriteTrace, tmp_path: Path, simulate: Simulate) -> None:
+    write_trace(session_rows())
+    w = build_workload(trace_spec(), base_dir=tmp_path)
+    served = simulate(w, service_ms=10.0)
+    got = [(s.request_id, s.session_id, s.turn_index, s.arrival_ms) for s, _ in served]
+    assert got == [
+        (0, "a", 0, 0.0),  # normalised: 100 -> 0
+        (1, "b", 0, 10.0),
+        (3, "b", 1, 20.0 + 7.0),  # turn 0 ends at 20, + explicit delay (timestamp ignored)
+        (2, "a", 1, 10.0 + 60.0),  # turn 0 ends at 10, + timestamp difference 160 - 100
+        (4, "a", 2, 80.0),  # no delay, no timestamp: right after turn 1 ends
+        (5, "7", 0, 100.0),  # integer session id, timestamp 200
+    ]
+    by_id = {s.request_id: s for s, _ in served}
+    assert by_id[2].prompt == (Segment(0, 512), Segment(2, 8))  # full prompt per row
+    assert by_id[4].prompt == (Segment(0, 512), Segment(2, 512), Segment(4, 6))
+    assert by_id[5].session_id == "7"
+
+
+def test_sessions_and_speedup(write_trace: WriteTrace, tmp_path: Path,
+                              simulate: Simulate) -> None:
+    write_trace(session_rows())
+    w = build_workload(trace_spec({"type": "trace_timestamps", "speedup": 2.0}),
+                       base_dir=tmp_path)
+    served = {s.request_id: (s, end) for s, end in simulate(w, service_ms=10.0)}
+    assert served[1][0].arrival_ms == 5.0
+    assert served[2][0].arrival_ms == 10.0 + 30.0
+    assert served[3][0].arrival_ms == 15.0 + 3.5
+    assert served[5][0].arrival_ms == 50.0
+
+
+def test_concurrency_replays_rows_in_file_order_closed_loop(
+        write_trace: WriteTrace, tmp_path: Path, simulate: Simulate) -> None:
+    write_trace([{"timestamp": 50 * i, "hash_ids": [i], "output_length": 1} for i in range(5)])
+    w = build_workload(trace_spec({"type": "concurrency", "concurrency": 2}), base_dir=tmp_path)
+    served = simulate(w, service_ms=lambda s: 10.0 + s.request_id)
+    assert [(s.request_id, s.arrival_ms) for s, _ in served] == [
+        (0, 0.0), (1, 0.0), (2, 10.0), (3, 11.0), (4, 22.0)]
+
+
+def test_concurrency_with_sessions_releases_the_next_session_when_one_ends(
+        write_trace: WriteTrace, tmp_path: Path, simulate: Simulate) -> None:
+    write_trace(session_rows())
+    w = build_workload(trace_spec({"type": "concurrency", "concurrency": 1}), base_dir=tmp_path)
+    served = simulate(w, service_ms=10.0)
+    got = [(s.session_id, s.turn_index, s.arrival_ms) for s, _ in served]
+    assert got == [
+        ("a", 0, 0.0), ("a", 1, 70.0), ("a", 2, 80.0),  # delays still apply
+        ("b", 0, 90.0), ("b", 1, 107.0),
+        ("7", 0, 117.0),
+    ]
+
+
+def test_request_stop_and_max_virtual_time(write_trace: WriteTrace, tmp_path: Path,
+                                          simulate: Simulate) -> None:
+    write_trace([{"timestamp": 100 * i, "hash_ids": [i], "output_length": 1}
+                 for i in range(10)])
+    w = build_workload(trace_spec(stop={"max_virtual_time_seconds": 0.35}), base_dir=tmp_path)
+    assert w.max_time_ms == 350.0
+    assert [s.arrival_ms for s in w.start()] == [0.0, 100.0, 200.0, 300.0]
+    w = build_workload(trace_spec(stop={"max_virtual_time_seconds": 0.3}), base_dir=tmp_path)
+    assert [s.arrival_ms for s in w.start()] == [0.0, 100.0, 200.0, 300.0]  # inclusive
+    w = build_workload(trace_spec({"type": "concurrency", "concurrency": 2},
+                                  stop={"requests": 3}), base_dir=tmp_path)
+    assert [s.request_id for s, _ in simulate(w)] == [0, 1, 2]
+
+
+def test_mooncake_delta_appends_previous_output_and_the_new_rows(
+        write_trace: WriteTrace, tmp_path: Path, simulate: Simulate) -> None:
+    write_trace([
+        {"session_id": "s", "timestamp": 0, "hash_ids": [1], "input_length": 100,
+         "output_length": 5},
+        {"session_id": "s", "delay": 1, "hash_ids": [2], "input_length": 20,
+         "output_length": 5},
+    ])
+    w = build_workload(trace_spec(format="mooncake-delta"), base_dir=tmp_path)
+    (t0, _), (t1, _) = simulate(w)
+    assert t0.input_length == 100 and t0.prompt == (Segment(0, 100),)
+    assert t1.input_length == 100 + 5 + 20
+    assert t1.prompt == (Segment(0, 100), Segment(generated_key(0), 5, repeat=False),
+                         Segment(1, 20))
+
+
+def test_rows_are_read_lazily_and_errors_surface_mid_replay_with_location(
+        write_trace: WriteTrace, tmp_path: Path) -> None:
+    write_trace([{"timestamp": i, "hash_ids": [i], "output_length": 1} for i in range(3)]
+                + ["{oops"])
+    it = build_workload(trace_spec(), base_dir=tmp_path).start()
+    assert [next(it).request_id for _ in range(3)] == [0, 1, 2]
+    with pytest.raises(WorkloadError) as info:
+        next(it)
+    assert info.value.diagnostics[0].location == "trace.jsonl:4"
+    assert str(info.value).startswith("trace.jsonl:4: invalid JSON")
+
+
+def test_error_reached_while_looking_for_a_later_turn_carries_its_location(
+        write_trace: WriteTrace, tmp_path: Path) -> None:
+    write_trace([{"session_id": "s", "timestamp": 0, "hash_ids": [1], "output_length": 1},
+                 {"session_id": "t", "timestamp": 1, "hash_ids": [1], "output_length": -1},
+                 {"session_id": "s", "hash_ids": [1], "output_length": 1}])
+    w = build_workload(trace_spec(), base_dir=tmp_path)
+    first = next(iter(w.start()))
+    with pytest.raises(WorkloadError) as info:
+        w.on_terminal(first, 5.0)
+    assert info.value.diagnostics[0].location == "trace.jsonl:2"
+
+
+def test_large_trace_is_streamed() -> None:
+    path = REPO / "bench" / "traces" / "mooncake_conversation.jsonl"
+    w = build_workload(trace_spec(path=str(path.relative_to(REPO))), base_dir=REPO)
+    it = w.start()
+    first = [next(it) for _ in range(5)]
+    assert first[0].input_length == 6758 and first[0].output_length == 500
+    assert len(first[0].prompt) == 14  # one repeat segment per hash block
+    w.close()
+
+
+# -- errors ------------------------------------------------------------------------------------
+
+ERRORS: list[tuple[list[Any], int, str]] = [
+    (["not json"], 1, "invalid JSON: Expecting value (column 1)"),
+    ([{"hash_ids": [1], "output_length": 1}, '{"hash_ids": [1'], 2,
+     "invalid JSON: Expecting ',' delimiter (column 16)"),
+    (["[1, 2]"], 1, "expected a JSON object, got list"),
+    ([{"output_length": 1}], 1, "missing required field 'hash_ids'"),
+    ([{"hash_ids": [1]}], 1, "missing required field 'output_length'"),
+    ([{"hash_ids": "abc", "output_length": 1}], 1,
+     "'hash_ids' must be a list of non-negative integers, got 'abc'"),
+    ([{"hash_ids": [1, "x"], "output_length": 1}], 1,
+     "'hash_ids' must be a list of non-negative integers; element 1 is 'x'"),
+    ([{"hash_ids": [1, -3], "output_length": 1}], 1,
+     "'hash_ids' must be a list of non-negative integers; element 1 is -3"),
+    ([{"hash_ids": [1], "output_length": -1}], 1,
+     "'output_length' must be a non-negative integer, got -1"),
+    ([{"hash_ids": [1], "output_tokens": True}], 1,
+     "'output_tokens' must be a non-negative integer, got True"),
+    ([{"hash_ids": [1], "output_length": 1, "input_length": 7.5}], 1,
+     "'input_length' must be a non-negative integer, got 7.5"),
+    ([{"hash_ids": [1], "output_length": 1, "input_length": -5}], 1,
+     "'input_length' must be a non-negative integer, got -5"),
+    ([{"hash_ids": [7, 8], "output_length": 1, "input_length": 1100}], 1,
+     "input_length 1100 exceeds hash_ids capacity 1024 (2 hash_ids x block_size 512)"),
+    ([{"hash_ids": [], "output_length": 1}], 1, "the prompt is empty (input_length 0)"),
+    ([{"hash_ids": [1], "output_length": 2, "output_token_ids": [5]}], 1,
+     "'output_token_ids' has 1 entries but output_length is 2"),
+    ([{"hash_ids": [1], "output_length": 2, "output_tokens": 3}], 1,
+     "'output_length' (2) and 'output_tokens' (3) disagree"),
+    ([{"hash_ids": [1], "output_length": 1, "session_id": [1]}], 1,
+     "'session_id' must be a string or an integer, got [1]"),
+    ([{"hash_ids": [1], "output_length": 1, "timestamp": -1}], 1,
+     "'timestamp' must be a finite number of milliseconds >= 0, got -1"),
+    ([{"hash_ids": [1], "output_length": 1, "timestamp": "soon"}], 1,
+     "'timestamp' must be a finite number of milliseconds >= 0, got 'soon'"),
+    ([{"timestamp": 10, "hash_ids": [1], "output_length": 1},
+      {"timestamp": 5, "hash_ids": [1], "output_length": 1}], 2,
+     "timestamp 5 is earlier than the previous session start 10"),
+    ([{"timestamp": 0, "hash_ids": [1], "output_length": 1, "session_id": "s"},
+      {"delay": -1, "hash_ids": [1], "output_length": 1, "session_id": "s"}], 2,
+     "'delay' must be a finite number of milliseconds >= 0, got -1"),
+    ([{"timestamp": 0, "hash_ids": [1], "output_length": 1, "session_id": "s"},
+      '{"delay_ms": NaN, "hash_ids": [1], "output_length": 1, "session_id": "s"}'], 2,
+     "'delay_ms' must be a finite number of milliseconds >= 0, got nan"),
+    ([{"timestamp": 0, "hash_ids": [1], "output_length": 1, "session_id": "s"},
+      '{"delay": Infinity, "hash_ids": [1], "output_length": 1, "session_id": "s"}'], 2,
+     "'delay' must be a finite number of milliseconds >= 0, got inf"),
+    ([{"timestamp": 0, "delay": 5, "hash_ids": [1], "output_length": 1, "session_id": "s1"}],
+     1, "'delay' is 5 on the first turn of session 's1'; a session's first turn starts at "
+        "its timestamp"),
+    ([{"timestamp": 0, "hash_ids": [1], "output_length": 1, "session_id": "s"},
+      {"timestamp": 9, "hash_ids": [1], "output_length": 1, "session_id": "u"},
+      {"timestamp": 3, "hash_ids": [1], "output_length": 1, "session_id": "u"}], 3,
+     "timestamp 3 is earlier than the previous timestamp 9 of session 'u'"),
+    ([{"timestamp": 0, "hash_ids": [1], "output_length": 1},
+      {"hash_ids": [1], "output_length": 1, "session_id": "s"},
+      {"timestamp": 3, "hash_ids": [1], "output_length": 1, "session_id": "s"}], 3,
+     "cannot infer the delay of turn 2 of session 's': it has a timestamp but no earlier "
+     "turn has one"),
+    ([], 1, "the trace has no rows"),
+    (["", "  "], 2, "the trace has no rows"),
+]
+
+
+@pytest.mark.parametrize(("rows", "line", "message"), ERRORS)
+def test_trace_errors_are_located_and_explained(
+        rows: list[Any], line: int, message: str, write_trace: WriteTrace,
+        tmp_path: Path, simulate: Simulate) -> None:
+    write_trace(rows)
+    w = build_workload(trace_spec({"type": "concurrency", "concurrency": 2}), base_dir=tmp_path)
+    with pytest.raises(WorkloadError) as info:
+        simulate(w)
+    (diag,) = info.value.diagnostics
+    assert diag.message == message
+    assert diag.location == f"trace.jsonl:{line}"
+    assert diag.hint  # every trace error says what to change
+    # the upfront check reports the same problem
+    found = validate_trace(tmp_path / "trace.jsonl", "mooncake", 512, display="trace.jsonl")
+    assert diag in found
+
+
+def test_trace_timestamps_load_needs_a_timestamp_on_each_session_start(
+        write_trace: WriteTrace, tmp_path: Path, simulate: Simulate) -> None:
+    write_trace([{"timestamp": 0, "hash_ids": [1], "output_length": 1},
+                 {"hash_ids": [1], "output_length": 1}])
+    w = build_workload(trace_spec(), base_dir=tmp_path)
+    with pytest.raises(WorkloadError) as info:
+        simulate(w)
+    (diag,) = info.value.diagnostics
+    assert diag.location == "trace.jsonl:2"
+    assert diag.message == ("missing 'timestamp' on the first turn of session 'request_2'; "
+                            "trace_timestamps load needs one")
+
+
+def test_concurrency_load_does_not_need_timestamps(write_trace: WriteTrace, tmp_path: Path,
+                                                   simulate: Simulate) -> None:
+    write_trace([{"hash_ids": [1], "output_length": 1}, {"hash_ids": [2], "output_length": 1}])
+    w = build_workload(trace_spec({"type": "concurrency", "concurrency": 1}), base_dir=tmp_path)
+    assert len(simulate(w)) == 2
+
+
+def test_missing_trace_file(tmp_path: Path) -> None:
+    with pytest.raises(WorkloadError) as info:
+        build_workload(trace_spec(path="nope/missing.jsonl"), base_dir=tmp_path)
+    (diag,) = info.value.diagnostics
+    assert (diag.location, diag.message) == ("nope/missing.jsonl", "trace file not found")
+    assert validate_trace(tmp_path / "missing.jsonl", display="m.jsonl")[0].message == (
+        "trace file not found")
+
+
+def test_validate_trace_reports_every_bad_line(write_trace: WriteTrace) -> None:
+    path = write_trace([{"hash_ids": [1], "output_length": 1}, "{", {"hash_ids": [1]},
+                        {"hash_ids": [1], "output_length": 1}, "[]"])
+    found = validate_trace(path, display="t.jsonl")
+    assert [d.location for d in found] == ["t.jsonl:2", "t.jsonl:3", "t.jsonl:5"]
+    assert validate_trace(path, display="t.jsonl", max_diagnostics=1) == found[:1]
+
+
+@pytest.mark.parametrize("name", ["poisson_1k.jsonl", "mooncake_conversation.jsonl"])
+def test_shipped_traces_are_valid(name: str) -> None:
+    path = REPO / "bench" / "traces" / name
+    assert validate_trace(path, "mooncake", 512, require_timestamps=True, display=name) == []
+
+
+def test_example_trace_is_valid_and_matches_the_full_trace_head() -> None:
+    small = REPO / "examples" / "traces" / "mooncake_small.jsonl"
+    full = REPO / "bench" / "traces" / "mooncake_conversation.jsonl"
+    assert validate_trace(small, require_timestamps=True, display="small") == []
+    lines = small.read_text().splitlines()
+    assert 40 <= len(lines) <= 60
+    with open(full) as f:
+        assert [next(f).rstrip("\n") for _ in lines] == lines
+
+
+def test_trace_sha256(write_trace: WriteTrace) -> None:
+    path = write_trace([{"hash_ids": [1], "output_length": 1}])
+    assert trace_sha256(path) == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# -- property: the loader only ever gives requests or WorkloadError ------------------------------
+
+KEYS = ["hash_ids", "input_length", "input_tokens", "output_length", "output_tokens",
+        "timestamp", "created_time", "delay", "delay_ms", "session_id", "output_token_ids",
+        "request_id"]
+scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(-3, 3000), st.integers(),
+    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=4),
+)
+values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4)
+                      | st.dictionaries(st.text(max_size=3), inner, max_size=3), max_leaves=8)
+plausible = st.fixed_dictionaries(
+    {"hash_ids": st.lists(st.integers(0, 20), max_size=4),
+     "output_length": st.integers(0, 5)},
+    optional={k: st.one_of(values, st.integers(0, 2000), st.sampled_from(["a", "b", 1]))
+              for k in KEYS if k not in ("hash_ids", "output_length")},
+)
+sensible = st.fixed_dictionaries(
+    {"hash_ids": st.lists(st.integers(0, 20), min_size=1, max_size=4),
+     "output_length": st.integers(0, 5)},
+    optional={"session_id": st.sampled_from(["a", "b", 3]),
+              "timestamp": st.integers(0, 50),
+              "delay": st.one_of(st.integers(0, 5), values),
+              "input_length": st.integers(0, 40)},
+)
+lines = st.one_of(
+    plausible.map(json.dumps),
+    st.dictionaries(st.sampled_from(KEYS), values, max_size=6).map(json.dumps),
+    values.map(json.dumps),
+    st.text(max_size=20).filter(lambda s: "\n" not in s and "\r" not in s),
+    st.binary(max_size=12).map(lambda b: b.decode("latin-1")).filter(
+        lambda s: "\n" not in s and "\r" not in s),
+)
+
+
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(rows=st.one_of(st.lists(lines, max_size=8),
+                     st.lists(sensible.map(json.dumps), min_size=1, max_size=8)),
+       load=st.sampled_from([{"type": "trace_timestamps", "speedup": 2.0},
+                             {"type": "concurrency", "concurrency": 2}]),
+       fmt=st.sampled_from(["mooncake", "mooncake-delta"]),
+       block=st.sampled_from([1, 4, 512]))
+def test_random_lines_give_requests_or_workload_error(
+        rows: list[str], load: dict[str, Any], fmt: str, block: int,
+        simulate: Simulate) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp)
+        (base / "trace.jsonl").write_bytes(
+            "".join(r + "\n" for r in rows).encode("utf-8", "surrogatepass"))
+        try:
+            w = build_workload(trace_spec(load, format=fmt, block_size=block), base_dir=base)
+            served = simulate(w, service_ms=1.0)
+        except WorkloadError as exc:
+            assert exc.diagnostics and all(
+                d.location and d.location.startswith("trace.jsonl") for d in exc.diagnostics)
+            return
+        assert served  # an accepted trace has at least one row
+        for spec, _ in served:
+            assert spec.input_length > 0
+            assert prompt_length(spec.prompt) == spec.input_length
+            assert spec.output_length >= 0
+            assert spec.arrival_ms >= 0
