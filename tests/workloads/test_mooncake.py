@@ -168,11 +168,13 @@ def test_request_stop_and_max_virtual_time(write_trace: WriteTrace, tmp_path: Pa
                                           simulate: Simulate) -> None:
     write_trace([{"timestamp": 100 * i, "hash_ids": [i], "output_length": 1}
                  for i in range(10)])
-    w = build_workload(trace_spec(stop={"max_virtual_time_seconds": 0.35}), base_dir=tmp_path)
-    assert w.max_time_ms == 350.0
-    assert [s.arrival_ms for s in w.start()] == [0.0, 100.0, 200.0, 300.0]
-    w = build_workload(trace_spec(stop={"max_virtual_time_seconds": 0.3}), base_dir=tmp_path)
-    assert [s.arrival_ms for s in w.start()] == [0.0, 100.0, 200.0, 300.0]  # inclusive
+    with build_workload(trace_spec(stop={"max_virtual_time_seconds": 0.35}),
+                        base_dir=tmp_path) as w:
+        assert w.max_time_ms == 350.0
+        assert [s.arrival_ms for s in w.start()] == [0.0, 100.0, 200.0, 300.0]
+    with build_workload(trace_spec(stop={"max_virtual_time_seconds": 0.3}),
+                        base_dir=tmp_path) as w:
+        assert [s.arrival_ms for s in w.start()] == [0.0, 100.0, 200.0, 300.0]  # inclusive
     w = build_workload(trace_spec({"type": "concurrency", "concurrency": 2},
                                   stop={"requests": 3}), base_dir=tmp_path)
     assert [s.request_id for s, _ in simulate(w)] == [0, 1, 2]

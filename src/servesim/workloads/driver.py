@@ -114,6 +114,8 @@ class SessionWorkload:
         if unit is None or spec is None or not self._admissible(spec):
             # ids and arrivals of later units only grow: nothing after this one is admissible
             self._units = None
+            if not self._live:
+                self.close()
             return None
         self._released += 1
         self._live[spec.request_id] = unit
@@ -151,9 +153,17 @@ class SessionWorkload:
             nxt = self._release(time_ms)
             if nxt is not None:
                 return [nxt]
+        if self._units is None and not self._live:
+            self.close()  # the replay has nothing left to read
         return []
 
     def close(self) -> None:
-        """Release resources (an open trace file)."""
+        """Release resources (an open trace file); a later ``start()`` reopens them."""
         if self._on_close is not None:
             self._on_close()
+
+    def __enter__(self) -> SessionWorkload:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

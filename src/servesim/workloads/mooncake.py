@@ -181,7 +181,11 @@ class MooncakeReader:
     # -- reading ------------------------------------------------------------------------
 
     def _read_one(self) -> bool:
-        row = self.parse_next()
+        try:
+            row = self.parse_next()
+        except WorkloadError:
+            self.close()  # a replay stops at its first bad row
+            raise
         if row is None:
             return False
         if self._keep_rows:
