@@ -3,6 +3,7 @@ from __future__ import annotations
 import hashlib
 import json
 import tempfile
+import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -228,6 +229,26 @@ def test_large_trace_is_streamed() -> None:
     assert first[0].input_length == 6758 and first[0].output_length == 500
     assert len(first[0].prompt) == 14  # one repeat segment per hash block
     w.close()
+
+
+def test_whole_conversation_trace_replays_in_bounded_memory() -> None:
+    # 12,031 rows, prompts up to 126k tokens: as token lists this would take gigabytes
+    path = REPO / "bench" / "traces" / "mooncake_conversation.jsonl"
+    w = build_workload(trace_spec({"type": "concurrency", "concurrency": 64},
+                                  path=str(path.relative_to(REPO))), base_dir=REPO)
+    tracemalloc.start()
+    try:
+        count = 0
+        pending = list(w.start())  # the 64 initial requests
+        while pending:
+            done = pending.pop()
+            count += 1
+            pending.extend(w.on_terminal(done, done.arrival_ms + 1.0))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert count == 12031
+    assert peak < 100 * 2**20
 
 
 # -- errors ------------------------------------------------------------------------------------
