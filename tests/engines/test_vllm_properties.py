@@ -41,7 +41,7 @@ def scenarios(draw: st.DrawFn) -> tuple[RoleArgs, ListWorkload]:
     role = RoleArgs(
         worker_type="aggregated", backend="vllm", model="m", hardware="h",
         block_size=block,
-        num_gpu_blocks=draw(st.integers(1, 10)),
+        num_gpu_blocks=draw(st.integers(1, 16)),
         max_batched_tokens=draw(st.integers(1, 12)) if chunked else longest,
         max_sequences=draw(st.integers(1, 4)),
         enable_chunked_prefill=chunked,
@@ -104,3 +104,24 @@ def test_replays_are_deterministic(case: tuple[RoleArgs, ListWorkload]) -> None:
     second, s2, _ = Sim.run(role, again)
     assert [_key(first[k]) for k in sorted(first)] == [_key(second[k]) for k in sorted(second)]
     assert s1 == s2
+
+
+@settings(max_examples=150, deadline=None)
+@given(scenarios())
+def test_inlined_decode_step_matches_the_general_path(case: tuple[RoleArgs, ListWorkload]) -> None:
+    from servesim.engines.vllm import AggregatedReplay
+    from servesim.timing import make_timer
+
+    role, workload = case
+    results = []
+    for fast in (True, False):
+        records: list[RequestRecord] = []
+        replay = AggregatedReplay(role, make_timer(role),
+                                  ListWorkload(workload.specs, followups=workload.followups),
+                                  records.append, None)
+        for worker in replay.workers:
+            for rank in worker.ranks:
+                rank.fast_decode = fast
+        stats = replay.run()
+        results.append((sorted(_key(r) for r in records), stats))
+    assert results[0] == results[1]

@@ -49,6 +49,9 @@ class SeqState:
     # Total-length cap: max_model_len, and the pool itself (a sequence of N*B + 1 tokens is
     # the longest one rank can hold, because the last token's KV is never computed).
     len_cap: int
+    # Generation is complete once the sequence reaches this length: the requested output
+    # or the length cap, whichever comes first (R4).
+    stop_len: int
     generated: int = 0
     num_computed: int = 0
     status: int = WAITING
@@ -69,7 +72,7 @@ class SeqState:
 
     @property
     def generation_complete(self) -> bool:
-        return self.generated >= self.max_output or self.prompt_len + self.generated >= self.len_cap
+        return self.prompt_len + self.generated >= self.stop_len
 
 
 @attrs.define(slots=True, eq=False)
@@ -116,6 +119,9 @@ class RankScheduler:
         self._isl = 0
         self._prefix = 0
         self._preemptions = 0
+        # The inlined decode step in execute_pass; off = every step through _schedule
+        # (differential tests prove both give identical replays).
+        self.fast_decode = True
 
     # -- intake -------------------------------------------------------------------------
 
@@ -126,6 +132,7 @@ class RankScheduler:
             prompt_len=spec.input_length,
             max_output=spec.output_length,
             len_cap=self.len_cap,
+            stop_len=min(spec.input_length + spec.output_length, self.len_cap),
         )
 
     def submit(self, seq: SeqState) -> None:
@@ -150,14 +157,35 @@ class RankScheduler:
         preempted_before = self._preemptions
         # Phase A: running requests. A snapshot, because preemption removes members;
         # a preempted one is skipped by its status.
+        pass_id, bs, caching, fast = self._pass_id, self.block_size, self.caching, self.fast_decode
+        budget = self._budget
         for seq in list(self.running):
-            if self._budget <= 0:
+            if budget <= 0:
                 break
             if seq.status != RUNNING:
                 continue
+            c = seq.num_computed
+            if fast and c + 1 == seq.prompt_len + seq.generated and c >= seq.prompt_len and (
+                c < len(seq.lease) * bs
+            ):
+                # Fast path for the common case, equivalent to _schedule: a decode step
+                # (one dangling token, prompt done) whose token fits the lease's last block.
+                c += 1
+                seq.num_computed = c
+                if caching and c % bs == 0:
+                    self._publish(seq, c // bs)
+                budget -= 1
+                seq.pass_id = pass_id
+                seq.pass_tokens = 1
+                seq.pass_isl = -1
+                scheduled.append(seq)
+                continue
+            self._budget = budget
             outcome = self._schedule(seq, scheduled, now, cached=0, reuse=())
+            budget = self._budget  # preemption may have refunded tokens
             if outcome == _BLOCKED:
                 break
+        self._budget = budget
         preempted_any = self._preemptions != preempted_before
         # Phase B: waiting requests, FCFS; nothing is admitted in a pass that preempted.
         if not preempted_any:
@@ -243,11 +271,7 @@ class RankScheduler:
                 return _PREEMPTED_SELF
         seq.num_computed = end
         if self.caching:
-            full = end // self.block_size
-            if full > seq.num_published:
-                self._ensure_hashes(seq, full)
-                pool.publish(seq.lease, seq.hashes, seq.num_published, full)
-                seq.num_published = full
+            self._publish(seq, end // self.block_size)
         self._budget -= desired
         seq.pass_id = self._pass_id
         seq.pass_tokens = desired
@@ -275,6 +299,14 @@ class RankScheduler:
                 rec.reused_input_tokens = reused
         scheduled.append(seq)
         return _SCHEDULED
+
+    def _publish(self, seq: SeqState, full: int) -> None:
+        """Blocks completed by this step become cache-visible now, also to later requests
+        of the same pass (vLLM ``allocate_slots`` semantics)."""
+        if full > seq.num_published:
+            self._ensure_hashes(seq, full)
+            self.pool.publish(seq.lease, seq.hashes, seq.num_published, full)
+            seq.num_published = full
 
     def _victim(self) -> SeqState:
         running = self.running
@@ -309,7 +341,7 @@ class RankScheduler:
             length = seq.prompt_len + seq.generated
             if seq.num_computed != length:
                 continue  # mid-prefill chunk
-            if seq.generation_complete:
+            if length >= seq.stop_len:
                 self._finish(seq, out)  # e.g. zero-output: terminal without a token
             else:
                 ready.append(seq)
@@ -317,11 +349,11 @@ class RankScheduler:
         if ready:
             n = len(ready)
             out.decode_ms = self.timer.decode_ms(n, active, active // n, self.total_kv_tokens)
-            emitted = out.emitted
+            out.emitted = ready  # each gets exactly one token
             for seq in ready:
-                seq.generated += 1
-                emitted.append(seq)
-                if seq.generation_complete:
+                g = seq.generated + 1
+                seq.generated = g
+                if seq.prompt_len + g >= seq.stop_len:
                     self._finish(seq, out)
 
     def _finish(self, seq: SeqState, out: RankPass) -> None:
