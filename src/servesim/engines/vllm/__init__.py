@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from servesim.engines.vllm.replay import AggregatedReplay, ReplayStats, Worker, replay_aggregated
+from servesim.engines.vllm.engine import AggregatedReplay, ReplayStats, Worker, replay_aggregated
 from servesim.engines.vllm.scheduler import RankPass, RankScheduler, SeqState
 
 __all__ = [
