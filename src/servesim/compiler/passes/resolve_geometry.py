@@ -86,6 +86,14 @@ def resolve_geometry(cfg: ParsedConfig, ctx: CompileContext) -> ResolvedConfig:
     rec.pick(("engine", "mode"), e.mode, "aggregated")
     backend: Backend = rec.pick(("engine", "backend"), e.backend, "vllm")
     model = _lookup(rec, ("engine", "model"), e.model, catalog.load_model)
+    if model is not None:
+        try:
+            geometry.kv_dtype_bytes(model, e.kvcache_quant_mode)
+        except geometry.GeometryError:
+            rec.fail(("engine", "kvcache_quant_mode"), "unsupported-kv-dtype",
+                     f"{e.kvcache_quant_mode!r} is not a KV cache dtype; use \"auto\", "
+                     "\"bfloat16\", \"float16\", \"float32\", \"fp8\" or \"int8\"")
+            model = None
     speculation = _speculation(rec, e)
     roles: dict[str, RoleArgs] = {}
     metadata: dict[str, Any] = {}
@@ -339,6 +347,8 @@ def _weight_dtype_bytes(gemm_quant_mode: str | None) -> float | None:
         return None
     if gemm_quant_mode == "nvfp4":
         return 0.5
+    if gemm_quant_mode == "fp8_block":  # block-scaled FP8: one byte per weight
+        return 1.0
     return catalog.dtype_name_bytes(gemm_quant_mode)
 
 
