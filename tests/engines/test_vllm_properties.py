@@ -49,6 +49,7 @@ def scenarios(draw: st.DrawFn) -> tuple[RoleArgs, ListWorkload]:
         prefix_caching=draw(st.booleans()),
         max_model_len=draw(st.one_of(st.none(), st.integers(2, 24))),
         attention_data=draw(st.integers(1, 2)),
+        prefill_schedule_interval=draw(st.integers(1, 3)),
         replicas=draw(st.integers(1, 2)),
         timing=TimingArgs(type="fixed", prefill_ms=draw(st.sampled_from([0.0, 2.0, 10.0])),
                           decode_ms=draw(st.sampled_from([0.0, 1.0, 2.5]))),

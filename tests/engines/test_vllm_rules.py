@@ -170,3 +170,17 @@ def test_fifo_preemption_refunds_a_victim_scheduled_earlier_in_the_pass(sim: Any
     assert rank._budget == 5 - 1
     records, _, _ = sim.run(role, [sim.spec(0, 6, 3), sim.spec(1, 7, 3)])
     assert all(r.status == "completed" and len(r.token_times) == 3 for r in records.values())
+
+
+@pytest.mark.parametrize(("interval", "admit_ms"), [(1, 11.0), (2, 22.0)])
+def test_prefill_schedule_interval_defers_new_prompts_on_busy_dp_ranks(
+    sim: Any, interval: int, admit_ms: float
+) -> None:
+    role = sim.role(attention_data=2, prefill_schedule_interval=interval)
+    specs = [sim.spec(0, 4, 5), sim.spec(1, 4, 1, arrival=5.0), sim.spec(2, 4, 1, arrival=5.0)]
+    records, _, _ = sim.run(role, specs)
+    # Rank 1 has no decode to protect, so it admits request 1 on the off-cadence pass;
+    # rank 0 is decoding request 0 and admits request 2 only on an even wave step.
+    assert records[1].first_admit_ms == 11.0
+    assert records[2].first_admit_ms == admit_ms
+    assert records[0].token_times[:2] == array("d", [11.0, 22.0])

@@ -55,6 +55,7 @@ class Worker:
     index: int
     ranks: list[RankScheduler]
     next_rank: int = 0
+    wave_step: int = 0  # passes since the worker's DP group last drained
     busy: bool = False
     pass_start: float = 0.0
     pending: list[RankPass] = attrs.field(factory=list)
@@ -181,20 +182,23 @@ class AggregatedReplay:
         results: list[RankPass] = []
         duration = 0.0
         progressed = False
+        dp_size = len(worker.ranks)
         for rank in worker.ranks:
             if not rank.has_work:
                 continue
-            res = rank.execute_pass(now)
+            res = rank.execute_pass(now, worker.wave_step, dp_size)
             results.append(res)
             progressed = progressed or res.progressed
             d = res.duration_ms
             if d > duration:
                 duration = d
         if not results:
+            worker.wave_step = 0  # the DP group drained: the prefill cadence restarts
             return  # nothing to do: the worker sleeps until an arrival marks it dirty
         if not progressed:
             raise self._stuck_error(worker)
         self.passes += 1
+        worker.wave_step += 1
         worker.busy = True
         worker.pass_start = now
         worker.pending = results

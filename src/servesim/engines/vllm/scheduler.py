@@ -119,6 +119,8 @@ class RankScheduler:
         self._isl = 0
         self._prefix = 0
         self._preemptions = 0
+        self.prefill_interval = role.prefill_schedule_interval
+        self._prefill_capacity_bound = False
         # The inlined decode step in execute_pass; off = every step through _schedule
         # (differential tests prove both give identical replays).
         self.fast_decode = True
@@ -148,13 +150,25 @@ class RankScheduler:
 
     # -- one pass -------------------------------------------------------------------------
 
-    def execute_pass(self, now: float) -> RankPass:
+    def execute_pass(self, now: float, wave_step: int = 0, dp_size: int = 1) -> RankPass:
+        """Schedule and account one pass starting at ``now``.
+
+        ``wave_step`` counts the passes of this rank's DP group since it last drained;
+        with ``dp_size > 1`` and ``prefill_schedule_interval = N``, new prefill work is
+        admitted only when ``wave_step % N == 0`` (decodes always continue).
+        """
         self._pass_id += 1
         self._budget = self.max_batched_tokens
         self._batch = self._isl = self._prefix = 0
         out = RankPass()
         scheduled: list[SeqState] = []
         preempted_before = self._preemptions
+        defer = (
+            dp_size > 1
+            and wave_step % self.prefill_interval != 0
+            and not self._prefill_capacity_bound
+            and any(s.num_computed >= s.prompt_len for s in self.running)
+        )
         # Phase A: running requests. A snapshot, because preemption removes members;
         # a preempted one is skipped by its status.
         pass_id, bs, caching, fast = self._pass_id, self.block_size, self.caching, self.fast_decode
@@ -165,6 +179,8 @@ class RankScheduler:
             if seq.status != RUNNING:
                 continue
             c = seq.num_computed
+            if defer and c < seq.prompt_len:
+                continue  # prompt chunks wait for the group's next prefill wave
             if fast and c + 1 == seq.prompt_len + seq.generated and c >= seq.prompt_len and (
                 c < len(seq.lease) * bs
             ):
@@ -189,7 +205,11 @@ class RankScheduler:
         preempted_any = self._preemptions != preempted_before
         # Phase B: waiting requests, FCFS; nothing is admitted in a pass that preempted.
         if not preempted_any:
-            self._admit_waiting(scheduled, out, now)
+            self._admit_waiting(scheduled, out, now, defer)
+            if not defer:
+                # Requests left waiting for capacity let the next pass admit again even
+                # off the prefill cadence.
+                self._prefill_capacity_bound = bool(self.waiting)
         if scheduled or out.rejected or preempted_any:
             out.progressed = True
         if self._batch:
@@ -198,7 +218,9 @@ class RankScheduler:
         self._emit_ready_tokens(scheduled, out)
         return out
 
-    def _admit_waiting(self, scheduled: list[SeqState], out: RankPass, now: float) -> None:
+    def _admit_waiting(
+        self, scheduled: list[SeqState], out: RankPass, now: float, defer: bool
+    ) -> None:
         waiting, running, pool, bs = self.waiting, self.running, self.pool, self.block_size
         while waiting and len(running) < self.max_sequences:
             seq = waiting[0]
@@ -216,6 +238,8 @@ class RankScheduler:
             active_reused = sum(1 for b in reuse if pool.is_active(b))
             if total_blocks - active_reused > pool.num_available:
                 break  # head-of-line blocking: nothing behind it is admitted
+            if defer and length - cached > 1:
+                break
             outcome = self._schedule(seq, scheduled, now, cached=cached, reuse=reuse)
             if outcome != _SCHEDULED:
                 break
