@@ -18,7 +18,12 @@ from collections.abc import Callable, Iterator
 import attrs
 
 from servesim.engines.kernel.events import PHASE_ARRIVAL, PHASE_ENGINE, EventQueue
-from servesim.engines.kernel.requests import RequestRecord, RequestSpec, Workload
+from servesim.engines.kernel.requests import (
+    RequestRecord,
+    RequestSpec,
+    TerminalStatus,
+    Workload,
+)
 from servesim.engines.vllm.scheduler import RankPass, RankScheduler, SeqState
 from servesim.errors import Diagnostic, ReplayError
 from servesim.payload import RoleArgs
@@ -69,7 +74,11 @@ class _PassEnd:
 
 class AggregatedReplay:
     """One aggregated run; :func:`replay_aggregated` is the usual entry point. Keeping the
-    object gives access to the workers (and their rank pools) after :meth:`run`."""
+    object gives access to the workers (and their rank pools) after :meth:`run`.
+
+    All workers are ready at t=0; ``startup_seconds`` only delays workers added during a
+    run, which an aggregated replay without scaling never does.
+    """
 
     def __init__(
         self,
@@ -220,9 +229,9 @@ class AggregatedReplay:
                 self._terminal(seq, "completed", end)
         self.dirty.append(worker)
 
-    def _terminal(self, seq: SeqState, status: str, time_ms: float) -> None:
+    def _terminal(self, seq: SeqState, status: TerminalStatus, time_ms: float) -> None:
         record = seq.record
-        record.status = status  # type: ignore[assignment]
+        record.status = status
         record.terminal_ms = time_ms
         del self.live[record.request_id]
         self.counts[status] += 1

@@ -225,12 +225,12 @@ class RankScheduler:
         while waiting and len(running) < self.max_sequences:
             seq = waiting[0]
             if self.max_model_len is not None and seq.prompt_len >= self.max_model_len:
-                self._reject(seq, out, now)
+                self._reject(seq, out)
                 continue
             length = seq.prompt_len + seq.generated
             total_blocks = -(-length // bs)
             if total_blocks > pool.num_blocks:
-                self._reject(seq, out, now)
+                self._reject(seq, out)
                 continue
             cached, reuse = self._prefix_cost(seq, length)
             # Admission: blocks this request would add to the active set must fit beside
@@ -387,7 +387,7 @@ class RankScheduler:
         seq.status = FINISHED
         out.finished.append(seq)
 
-    def _reject(self, seq: SeqState, out: RankPass, now: float) -> None:
+    def _reject(self, seq: SeqState, out: RankPass) -> None:
         self.waiting.popleft()
         seq.status = FINISHED
         out.rejected.append(seq)
