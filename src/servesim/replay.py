@@ -44,19 +44,19 @@ def replay_payload(payload: Payload, *, registry: EngineRegistry, base_dir: Path
     diags = engine.validate_payload(payload)
     if diags:
         raise PayloadError(diags)
-    workload = build_workload(payload.workload, base_dir=base_dir)
     collector = MetricsCollector(payload.sla)
     started = time.perf_counter()
-    if requests_out is None:
-        result = engine.replay(payload, workload, collector.add, progress=progress)
-    else:
-        requests_out.parent.mkdir(parents=True, exist_ok=True)
-        with requests_out.open("w", encoding="utf-8") as f:
-            def sink(record: RequestRecord) -> None:
-                collector.add(record)
-                f.write(json.dumps(request_record_json(record), sort_keys=True) + "\n")
+    with build_workload(payload.workload, base_dir=base_dir) as workload:
+        if requests_out is None:
+            result = engine.replay(payload, workload, collector.add, progress=progress)
+        else:
+            requests_out.parent.mkdir(parents=True, exist_ok=True)
+            with requests_out.open("w", encoding="utf-8") as f:
+                def sink(record: RequestRecord) -> None:
+                    collector.add(record)
+                    f.write(json.dumps(request_record_json(record), sort_keys=True) + "\n")
 
-            result = engine.replay(payload, workload, sink, progress=progress)
+                result = engine.replay(payload, workload, sink, progress=progress)
     wall_ms = (time.perf_counter() - started) * 1000.0
     report = collector.report(wall_time_ms=wall_ms, gpu_seconds=result.gpu_seconds)
     report["servesim_version"] = __version__
