@@ -226,16 +226,17 @@ def _replay(args: argparse.Namespace, registry: EngineRegistry, out: Console,
     payload, base_dir = load_input(args.input, registry)
     show_progress = not args.quiet and err.is_terminal
     with _progress(err, show_progress) as progress:
-        report = replay_payload(payload, registry=registry, base_dir=base_dir,
-                                requests_out=Path(args.requests_out) if args.requests_out
-                                else None, progress=progress)
+        outcome = replay_payload(payload, registry=registry, base_dir=base_dir,
+                                 requests_out=Path(args.requests_out) if args.requests_out
+                                 else None, progress=progress)
+    report = outcome.report
     text = json.dumps(report, indent=2, sort_keys=True) + "\n"
     if args.output:
         _atomic_write(Path(args.output), text)
     if args.format == "json":
         sys.stdout.write(text)
     else:
-        out.print(report_summary(report))
+        out.print(report_summary(report, wall_time_ms=outcome.wall_time_ms))
         out.print(report_table(report))
         if args.output:
             err.print(f"wrote {args.output}")

@@ -1,20 +1,34 @@
-"""Replay a payload: engine lookup and handoff check, workload, metrics, report."""
+"""Replay a payload: engine lookup and handoff check, workload, metrics, report.
+
+The report is a pure function of the payload and the trace: the same inputs give
+byte-identical report files across runs and processes. Host timing (the simulator's own
+wall time) is therefore returned beside the report, never inside it.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from servesim import __version__
 from servesim.engines.kernel.metrics import MetricsCollector, request_record_json
 from servesim.engines.kernel.requests import RequestRecord
 from servesim.errors import Diagnostic, PayloadError
-from servesim.payload import Payload
+from servesim.payload import Payload, payload_to_dict
 from servesim.plugins.manager import EngineRegistry
-from servesim.workloads import build_workload
+from servesim.workloads import build_workload, resolve_trace_path, trace_sha256
+
+
+@attrs.frozen
+class ReplayOutcome:
+    report: dict[str, Any]
+    wall_time_ms: float
 
 
 def replay(payload: Payload, *, registry: EngineRegistry | None = None,
@@ -24,13 +38,13 @@ def replay(payload: Payload, *, registry: EngineRegistry | None = None,
         from servesim.plugins.manager import get_plugin_manager
 
         registry = EngineRegistry.collect(get_plugin_manager())
-    return replay_payload(payload, registry=registry, base_dir=base_dir)
+    return replay_payload(payload, registry=registry, base_dir=base_dir).report
 
 
 def replay_payload(payload: Payload, *, registry: EngineRegistry, base_dir: Path | None = None,
                    requests_out: Path | None = None,
-                   progress: Callable[[float], None] | None = None) -> dict[str, Any]:
-    """Check the payload with its engine's rules, replay it, return the report dict.
+                   progress: Callable[[float], None] | None = None) -> ReplayOutcome:
+    """Check the payload with its engine's rules, replay it, return the report.
 
     Per-request records stream to ``requests_out`` (JSON lines) as requests finish, so
     memory per finished request stays O(1) beyond the latency samples.
@@ -58,7 +72,26 @@ def replay_payload(payload: Payload, *, registry: EngineRegistry, base_dir: Path
 
                 result = engine.replay(payload, workload, sink, progress=progress)
     wall_ms = (time.perf_counter() - started) * 1000.0
-    report = collector.report(wall_time_ms=wall_ms, gpu_seconds=result.gpu_seconds)
-    report["servesim_version"] = __version__
-    report["engine"] = payload.engine
-    return report
+    report = collector.report(wall_time_ms=0.0, gpu_seconds=result.gpu_seconds,
+                              extra=provenance(payload, base_dir))
+    del report["wall_time_ms"]
+    return ReplayOutcome(report=report, wall_time_ms=wall_ms)
+
+
+def provenance(payload: Payload, base_dir: Path | None) -> dict[str, Any]:
+    """What identifies a report's inputs: versions, hashes of payload and trace, seeds."""
+    data = payload_to_dict(payload)
+    source = data["workload"].get("source", {})
+    out: dict[str, Any] = {"servesim_version": __version__, "engine": payload.engine}
+    if "path" in source:
+        out["trace_sha256"] = trace_sha256(resolve_trace_path(source["path"], base_dir))
+        source["path"] = Path(source["path"]).name  # the trace is identified by its hash
+    data.pop("servesim_version", None)
+    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
+    out["payload_sha256"] = hashlib.sha256(canonical.encode()).hexdigest()
+    seeds = {f"speculation.{name}": role.speculation.seed
+             for name, role in sorted(payload.roles.items()) if role.speculation is not None}
+    if "seed" in data["workload"].get("load", {}):
+        seeds["traffic.load"] = data["workload"]["load"]["seed"]
+    out["seeds"] = seeds
+    return out
