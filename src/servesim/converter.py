@@ -132,12 +132,6 @@ def _is_scalar_union(tp: Any) -> bool:
     return len(members) > 1 and all(m in (int, float) or get_origin(m) is Literal for m in members)
 
 
-def _structure_dict(value: Any, tp: Any) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise _TypeMismatch(f"expected a table, got {_describe(value)}")
-    return dict(value)
-
-
 def make_converter() -> cattrs.Converter:
     conv = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
     conv.register_structure_hook(int, _int)
@@ -146,14 +140,31 @@ def make_converter() -> cattrs.Converter:
     conv.register_structure_hook(bool, _bool)
     conv.register_structure_hook_func(lambda t: get_origin(t) is Literal, _structure_literal)
     conv.register_structure_hook_func(_is_scalar_union, _structure_scalar_union)
-    conv.register_structure_hook_func(
-        lambda t: t is dict or get_origin(t) is dict, _structure_dict
-    )
+
+    def dict_hook(value: Any, tp: Any) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise _TypeMismatch(f"expected a table, got {_describe(value)}")
+        args = get_args(tp)
+        if len(args) != 2 or args[1] is Any:
+            return dict(value)
+        out, errors = {}, []
+        for key, v in value.items():
+            try:
+                out[key] = conv.structure(v, args[1])
+            except Exception as exc:  # collected below with the key
+                exc.__notes__ = [*getattr(exc, "__notes__", []), AttributeValidationNote(
+                    f"@ key {key}", key, args[1])]
+                errors.append(exc)
+        if errors:
+            raise ClassValidationError(f"While structuring {tp}", errors, dict)
+        return out
+
+    conv.register_structure_hook_func(lambda t: t is dict or get_origin(t) is dict, dict_hook)
 
     def list_hook(value: Any, tp: Any) -> list[Any]:
         if not isinstance(value, list):
             raise _TypeMismatch(f"expected an array, got {_describe(value)}")
-        (item,) = get_args(tp)
+        item = get_args(tp)[0]
         out, errors = [], []
         for i, v in enumerate(value):
             try:
@@ -164,9 +175,11 @@ def make_converter() -> cattrs.Converter:
                 errors.append(exc)
         if errors:
             raise IterableValidationError(f"While structuring {tp}", errors, tp)
-        return out
+        return tuple(out) if get_origin(tp) is tuple else out  # type: ignore[return-value]
 
-    conv.register_structure_hook_func(lambda t: get_origin(t) is list, list_hook)
+    conv.register_structure_hook_func(
+        lambda t: get_origin(t) is list or (get_origin(t) is tuple and get_args(t)[-1:] == (
+            Ellipsis,)), list_hook)
 
     def attrs_hook_factory(cl: Any) -> Any:
         # cattrs' generated hook fails on a scalar with "'int' object is not iterable"

@@ -182,8 +182,6 @@ def load_payload(data: Any, *, name: str = "payload") -> Payload:
             message=f"unsupported payload schema_version {version!r}; this servesim reads "
             f"version {SCHEMA_VERSION}", hint="recompile the config with this servesim")])
     conv = make_converter()
-    conv.register_structure_hook(tuple[float, ...], lambda v, _: tuple(
-        conv.structure(v, list[float])))
     payload, diags = structure(conv, data, Payload)
     if payload is None:
         raise PayloadError(diags)
