@@ -225,10 +225,17 @@ def _replay(args: argparse.Namespace, registry: EngineRegistry, out: Console,
 
     payload, base_dir = load_input(args.input, registry)
     show_progress = not args.quiet and err.is_terminal
-    with _progress(err, show_progress) as progress:
-        outcome = replay_payload(payload, registry=registry, base_dir=base_dir,
-                                 requests_out=Path(args.requests_out) if args.requests_out
-                                 else None, progress=progress)
+    bar = _progress(err, show_progress)
+    try:
+        with bar:
+            outcome = replay_payload(payload, registry=registry, base_dir=base_dir,
+                                     requests_out=Path(args.requests_out) if args.requests_out
+                                     else None, progress=bar.update)
+    except KeyboardInterrupt:
+        kept = f"; finished requests are in {args.requests_out}" if args.requests_out else ""
+        err.print(f"interrupted at virtual time {bar.virtual_ms / 1000:.1f} s: no report "
+                  f"written{kept}")
+        return EXIT_INTERRUPTED
     report = outcome.report
     text = json.dumps(report, indent=2, sort_keys=True) + "\n"
     if args.output:
@@ -244,26 +251,29 @@ def _replay(args: argparse.Namespace, registry: EngineRegistry, out: Console,
 
 
 class _progress:
-    """A transient progress bar over virtual time on stderr (no-op when disabled)."""
+    """Tracks virtual time; shows a transient progress bar on stderr when enabled."""
 
     def __init__(self, console: Console, enabled: bool) -> None:
         self.console, self.enabled = console, enabled
+        self.virtual_ms = 0.0
         self._bar: Any = None
         self._task: Any = None
         self._last = 0.0
 
-    def __enter__(self) -> Any:
-        if not self.enabled:
-            return None
-        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+    def __enter__(self) -> _progress:
+        if self.enabled:
+            from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-        self._bar = Progress(SpinnerColumn(), TextColumn("replaying: {task.description}"),
-                             TimeElapsedColumn(), console=self.console, transient=True)
-        self._bar.__enter__()
-        self._task = self._bar.add_task("t = 0 s", total=None)
-        return self._update
+            self._bar = Progress(SpinnerColumn(), TextColumn("replaying: {task.description}"),
+                                 TimeElapsedColumn(), console=self.console, transient=True)
+            self._bar.__enter__()
+            self._task = self._bar.add_task("virtual t = 0.0 s", total=None)
+        return self
 
-    def _update(self, virtual_ms: float) -> None:
+    def update(self, virtual_ms: float) -> None:
+        self.virtual_ms = virtual_ms
+        if self._bar is None:
+            return
         now = time.monotonic()
         if now - self._last > 0.1:
             self._last = now

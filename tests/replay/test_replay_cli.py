@@ -157,3 +157,22 @@ def test_malformed_payloads_are_refused_by_name(tmp_path: Path,
     payload_path.write_text(json.dumps(data))
     assert main(["replay", str(payload_path), "--quiet"]) == 1
     assert expected in capsys.readouterr().err
+
+
+def test_ctrl_c_stops_cleanly_without_a_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    import servesim.replay
+
+    def interrupted(*args: object, progress: object = None, **kwargs: object) -> None:
+        progress(1500.0)  # type: ignore[operator]
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(servesim.replay, "replay_payload", interrupted)
+    _write_trace(tmp_path, [
+        '{"timestamp": 0, "input_length": 20, "output_length": 3, "hash_ids": [1, 2]}',
+    ])
+    report_path = tmp_path / "report.json"
+    code = main(["replay", str(tmp_path / "cfg.toml"), "-o", str(report_path), "--quiet"])
+    assert code == 130
+    assert "interrupted at virtual time 1.5 s: no report written" in capsys.readouterr().err
+    assert not report_path.exists()
