@@ -45,16 +45,14 @@ def test_make_timer_builds_fixed_and_polynomial() -> None:
     assert isinstance(make_timer(_role(TimingArgs(type="polynomial"))), PolynomialTimer)
 
 
-@pytest.mark.parametrize("kind", ["default", "table"])
-def test_default_and_table_timing_are_not_available_yet(kind: str) -> None:
+def test_unknown_timing_type_names_the_providers() -> None:
     with pytest.raises(ReplayError) as err:
-        make_timer(_role(TimingArgs(type=kind), worker_type="decode"))
+        make_timer(_role(TimingArgs(type="magic"), worker_type="decode"))
     (diag,) = err.value.diagnostics
     assert diag.code == "timing-unavailable"
     assert diag.where == "engine.workers.decode.timing.type"
     assert diag.message == (
-        "the default analytical timing model is not available yet; set timing.type = "
-        '"fixed" (with prefill_ms and decode_ms) or "polynomial"'
+        "unknown timing type 'magic'; expected one of default, fixed, polynomial, table"
     )
 
 

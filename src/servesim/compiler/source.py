@@ -50,7 +50,7 @@ class SourceText:
             raise CompileError([_diag(name, f"file is {len(data)} bytes; a config may be at "
                                       f"most {MAX_CONFIG_BYTES} bytes", "file-too-large")])
         try:
-            text = data.decode("utf-8")
+            text = data.decode("utf-8-sig")  # a BOM from Windows editors is not an error
         except UnicodeDecodeError as exc:
             raise CompileError([_diag(name, f"not UTF-8 text (byte {exc.start})",
                                       "not-utf8")]) from None

@@ -44,13 +44,24 @@ def _polynomial(role: RoleArgs) -> StepTimer:
     return PolynomialTimer()
 
 
-PROVIDERS: Mapping[str, TimerFactory] = MappingProxyType(
-    {"fixed": _fixed, "polynomial": _polynomial}
-)
+def _default(role: RoleArgs) -> StepTimer:
+    from servesim.timing.analytical import timer_from_role
 
-_UNAVAILABLE = (
-    "the default analytical timing model is not available yet; set timing.type = "
-    '"fixed" (with prefill_ms and decode_ms) or "polynomial"'
+    return timer_from_role(role)
+
+
+def _table(role: RoleArgs) -> StepTimer:
+    from servesim.timing.table import TableTimer
+
+    if not role.timing.path:
+        raise ReplayError([Diagnostic(code="timing-invalid",
+                                      message="table timing requires timing.path (a CSV file)",
+                                      path=_timing_path(role, "path"))])
+    return TableTimer(role.timing.path)
+
+
+PROVIDERS: Mapping[str, TimerFactory] = MappingProxyType(
+    {"default": _default, "fixed": _fixed, "polynomial": _polynomial, "table": _table}
 )
 
 
@@ -58,11 +69,8 @@ def make_timer(role: RoleArgs) -> StepTimer:
     """The step timer of ``role``; a :class:`ReplayError` if its provider is unavailable."""
     factory = PROVIDERS.get(role.timing.type)
     if factory is None:
-        message = (
-            _UNAVAILABLE
-            if role.timing.type in ("default", "table")
-            else f"unknown timing type {role.timing.type!r}; expected one of "
-            + ", ".join(sorted(PROVIDERS))
+        message = f"unknown timing type {role.timing.type!r}; expected one of " + ", ".join(
+            sorted(PROVIDERS)
         )
         raise ReplayError(
             [Diagnostic(code="timing-unavailable", message=message,

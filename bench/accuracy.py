@@ -1,0 +1,101 @@
+"""Accuracy of the default (analytical) timing against measured serving runs.
+
+    .venv/bin/python bench/accuracy.py                 # deterministic subsample, a few minutes
+    .venv/bin/python bench/accuracy.py --limit 0       # every row (slow)
+    .venv/bin/python bench/accuracy.py --rows          # also print every row's errors
+
+Each aggregated row of bench/data/silicon_dev.csv is replayed the way it was measured:
+a closed loop of ``concurrency`` requests with fixed ISL/OSL through the vLLM engine
+(``servesim.engines.vllm``) priced by the analytical timer with the row's model, GPU,
+parallelism and weight precision. ``--waves`` x concurrency requests are replayed
+(fewer when that exceeds ``--max-tokens`` output tokens, at least one wave); TTFT and
+TPOT are means over completed requests, as in the measurements.
+
+Steady-state start: the first wave arrives spread over one estimated request lifetime
+instead of all at t=0 (see ``calib.StaggeredClosedLoop``); a benchmark that has been
+running has its requests at spread-out stages, while fixed-length requests started
+together stay in lockstep for the whole replay.
+
+Rows that cannot be simulated (disaggregated rows, models or GPUs missing from the
+catalog, no KV budget, too many tokens for the budget) are counted with their reason.
+Errors are ``predicted / measured - 1``; MAPE is the mean of their absolute values.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import calib
+
+from servesim.timing.analytical import load_constants
+
+
+def _mape(errors: list[float]) -> float:
+    return 100.0 * sum(abs(e) for e in errors) / len(errors) if errors else float("nan")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--limit", type=int, default=400,
+                    help="deterministic subsample size spread over partitions (0: all rows)")
+    ap.add_argument("--waves", type=int, default=3, help="requests = waves x concurrency")
+    ap.add_argument("--max-tokens", type=int, default=400_000,
+                    help="output-token budget of one row's replay")
+    ap.add_argument("--rows", action="store_true", help="print every row")
+    args = ap.parse_args()
+
+    constants = load_constants()
+    all_rows = calib.load_rows()
+    rows = calib.sample(all_rows, args.limit or None)
+    started = time.perf_counter()
+    skipped: Counter[str] = Counter()
+    ttft: dict[tuple[str, ...], list[float]] = defaultdict(list)
+    tpot: dict[tuple[str, ...], list[float]] = defaultdict(list)
+    done = 0
+    if args.rows:
+        print(f"{'row':70} {'TTFT meas':>10} {'pred':>9} {'err%':>7} "
+              f"{'TPOT meas':>10} {'pred':>8} {'err%':>7}")
+    for row, s in calib.iter_setups(rows, max_tokens=args.max_tokens):
+        if isinstance(s, str):
+            skipped[s.split(":")[0][:90]] += 1
+            continue
+        try:
+            res = calib.replay_staggered(s, constants)
+        except calib.Unsupported as exc:
+            skipped[str(exc)] += 1
+            continue
+        e_ttft = res.ttft_ms / row.ttft_ms - 1
+        e_tpot = res.tpot_ms / row.tpot_ms - 1
+        done += 1
+        for key in (("overall",), ("backend", row.backend), ("gpu", row.system),
+                    ("model", row.model), ("gpu/backend/model", row.system, row.backend,
+                                           row.model)):
+            ttft[key].append(e_ttft)
+            tpot[key].append(e_tpot)
+        if args.rows:
+            print(f"{row.id[:70]:70} {row.ttft_ms:10.1f} {res.ttft_ms:9.1f} {100 * e_ttft:7.1f} "
+                  f"{row.tpot_ms:10.2f} {res.tpot_ms:8.2f} {100 * e_tpot:7.1f}")
+    elapsed = time.perf_counter() - started
+    print(f"\nrows: {len(all_rows)} in the file, {len(rows)} selected "
+          f"(--limit {args.limit}), {done} simulated, {sum(skipped.values())} not simulated "
+          f"({elapsed:.0f} s)")
+    print(f"\n{'partition':78} {'n':>4} {'TTFT MAPE%':>11} {'TPOT MAPE%':>11}")
+    for key in sorted(ttft, key=lambda k: (len(k), k)):
+        label = key[0] if len(key) == 1 else f"{key[0]}: {' / '.join(key[1:])}"
+        print(f"{label[:78]:78} {len(ttft[key]):4d} {_mape(ttft[key]):11.1f} "
+              f"{_mape(tpot[key]):11.1f}")
+    if skipped:
+        print("\nnot simulated:")
+        for reason, n in skipped.most_common():
+            print(f"{n:5d}  {reason}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

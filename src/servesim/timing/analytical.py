@@ -1,0 +1,803 @@
+"""``timing.type = "default"``: an analytical step-time model of one scheduler pass.
+
+The model prices one forward pass of the role's model on one GPU of its deployment as a
+per-layer roofline (every operator costs ``max(flops / (peak * u_c), bytes / (bw * u_m))``)
+plus communication and fixed overheads:
+
+- **GEMMs** (attention / linear-attention projections, dense MLP, shared experts, LM head):
+  weights are read once per pass whatever the number of tokens; FLOPs are ``2 * weights * T``.
+- **Routed experts**: compute for ``T * k`` token-expert pairs (balanced over expert-parallel
+  ranks); weight traffic only for the experts actually touched,
+  ``E * (1 - (1 - k/E) ** T)`` under uniform routing. With attention data parallelism the
+  experts see the tokens of every rank.
+- **Attention**: decode reads every cached token's KV once per layer (MLA reads the latent);
+  prefill carries the causal quadratic term ``((s + p)**2 - p**2) / 2`` query-key pairs per
+  chunk of ``s`` new tokens after ``p`` cached ones; sliding-window layers cap the context.
+- **Linear attention / Mamba** layers read and write each request's recurrent state
+  (plus per-chunk states during prefill).
+- **Communication**: two all-reduces per layer under tensor parallelism, dispatch/combine
+  all-to-all under expert parallelism, one point-to-point hop per pipeline boundary.
+- **Overheads**: per pass, per layer, per decoding request and per prefilling request;
+  these are backend (software-stack) constants.
+
+Efficiencies ``u_c``/``u_m`` are interpolated curves of the operator size (tokens per GEMM,
+bytes per layer, prompt length), shaped from published measurements and scaled by a few
+fitted constants shipped in ``timing/data/analytical_constants.json``. The formulas are the
+same on every GPU: only the GPU's datasheet numbers (peak FLOPs per dtype, memory bandwidth,
+links) change.
+
+Everything that does not depend on the batch is computed once when the timer is built;
+:meth:`AnalyticalTimer.prefill_ms` and :meth:`AnalyticalTimer.decode_ms` are O(1).
+
+How a pass is split between the two calls: a scheduler prices the prefill half and the
+decode half of one pass separately, but on the GPU they are one forward pass that reads
+the weights once. For roles that decode (``aggregated``, ``decode``) ``decode_ms`` is the
+full forward of the decode tokens (weights, KV reads, per-pass overheads) and
+``prefill_ms`` is the *marginal* cost the prompt tokens add to that forward (compute above
+the weight-read floor, attention, communication bandwidth, per-prompt overhead). A
+``prefill`` role never decodes, so its ``prefill_ms`` is a whole forward pass.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import math
+from collections.abc import Mapping, Sequence
+from importlib import resources
+from typing import Any
+
+import attrs
+
+from servesim.catalog import (
+    CatalogError,
+    GpuSpec,
+    ModelInfo,
+    load_gpu,
+    load_model,
+)
+from servesim.errors import Diagnostic, ReplayError
+from servesim.geometry import GeometryError, parameter_count
+from servesim.geometry import kv_bytes_per_token as _kv_bytes_per_token
+from servesim.payload import RoleArgs
+
+__all__ = [
+    "AnalyticalConstants",
+    "AnalyticalTimer",
+    "BackendOverheads",
+    "Curve",
+    "StepGeometry",
+    "build_geometry",
+    "load_constants",
+    "timer_from_role",
+]
+
+CONSTANTS_RESOURCE = "analytical_constants.json"
+ACT_BYTES = 2  # activations and all-reduce payloads travel in bf16
+LINEAR_CHUNK = 64  # tokens per chunk of chunked linear-attention / SSM prefill kernels
+
+# Quantization modes of GEMM / MoE weights: bytes per weight and the tensor-core peak used.
+# "compute" names the GpuSpec peak; a GPU without that peak falls back to bf16 (weight-only
+# dequantisation kernels), which is what serving stacks do on such GPUs.
+_QUANT: dict[str, tuple[float, str]] = {
+    "bf16": (2.0, "bf16"),
+    "fp16": (2.0, "bf16"),
+    "fp8": (1.0, "fp8"),
+    "fp8_block": (1.0 + 1 / 64, "fp8"),  # 128x128 blocks with fp32 scales, rounded up
+    "int8": (1.0, "int8"),
+    "nvfp4": (0.5 + 1 / 16, "fp4"),  # 4-bit values + one fp8 scale per 16 weights
+    "mxfp4": (0.5 + 1 / 32, "fp4"),
+    "fp4": (0.5 + 1 / 16, "fp4"),
+    "int4": (0.5 + 1 / 64, "bf16"),
+    "int4_wo": (0.5 + 1 / 64, "bf16"),  # weight-only int4 (w4a16)
+    "w4a16": (0.5 + 1 / 64, "bf16"),
+}
+
+
+def quant_modes() -> tuple[str, ...]:
+    """The quantization mode names ``gemm_quant`` / ``moe_quant`` accept."""
+    return tuple(sorted(_QUANT))
+
+
+# ---------------------------------------------------------------------------------------------
+# Curves and constants
+
+
+@attrs.frozen
+class Curve:
+    """Piecewise-linear function of ``log2(x)`` through ``points``, clamped at both ends."""
+
+    xs: tuple[float, ...]
+    ys: tuple[float, ...]
+    _lx: tuple[float, ...] = attrs.field(init=False, repr=False, eq=False)
+
+    def __attrs_post_init__(self) -> None:
+        if len(self.xs) != len(self.ys) or not self.xs:
+            raise ValueError("a curve needs as many x as y values, at least one")
+        if any(x <= 0 for x in self.xs) or list(self.xs) != sorted(set(self.xs)):
+            raise ValueError("curve x values must be positive and strictly increasing")
+        if any(not y > 0 for y in self.ys):
+            raise ValueError("curve y values must be positive")
+        object.__setattr__(self, "_lx", tuple(math.log2(x) for x in self.xs))
+
+    @classmethod
+    def from_points(cls, points: Sequence[Sequence[float]]) -> Curve:
+        return cls(tuple(float(p[0]) for p in points), tuple(float(p[1]) for p in points))
+
+    def __call__(self, x: float) -> float:
+        xs, ys = self.xs, self.ys
+        if x <= xs[0]:
+            return ys[0]
+        if x >= xs[-1]:
+            return ys[-1]
+        lx = self._lx
+        i = bisect.bisect_right(xs, x)
+        t = (math.log2(x) - lx[i - 1]) / (lx[i] - lx[i - 1])
+        return ys[i - 1] + t * (ys[i] - ys[i - 1])
+
+    def scaled(self, factor: float) -> Curve:
+        return Curve(self.xs, tuple(min(1.0, y * factor) for y in self.ys))
+
+
+@attrs.frozen
+class BackendOverheads:
+    """Software-stack costs that are not GPU work (ms / µs as named)."""
+
+    step_ms: float  # per forward pass: scheduler, sampler, launch of the graph
+    layer_us: float  # per layer per forward pass: kernel launches and gaps
+    decode_req_us: float  # per decoding request per pass: sampling, detokenisation, bookkeeping
+    prefill_req_ms: float  # per prefilling request per pass: input preparation, metadata
+    prefill_layer_us: float  # per layer, extra in a pass that carries prompt tokens
+
+
+@attrs.frozen
+class AnalyticalConstants:
+    """Shipped efficiency curves (shapes) and the fitted scales and overheads."""
+
+    gemm_curve: Curve  # compute efficiency of a bf16 GEMM vs tokens (m)
+    moe_curve: Curve  # compute efficiency of a grouped expert GEMM vs tokens per expert
+    mem_curve: Curve  # HBM efficiency vs bytes moved by one layer's operator
+    prefill_attn_curve_b1: Curve  # causal attention efficiency vs context, one request
+    prefill_attn_curve_b16: Curve  # same, sixteen requests or more
+    quant_level: Mapping[str, float]  # compute efficiency of a dtype relative to bf16
+    moe_quant_level: Mapping[str, float]
+    decode_attn_compute: float  # compute efficiency of decode attention (rarely binding)
+    linear_compute: float  # compute efficiency of linear-attention / SSM kernels
+    link_efficiency: float  # achieved fraction of the link bandwidth in collectives
+    # fitted
+    gemm_scale: float
+    moe_scale: float
+    mem_scale: float
+    attn_scale: float
+    kv_scale: float
+    allreduce_us: float
+    backends: Mapping[str, BackendOverheads]
+    provenance: Mapping[str, Any] = attrs.field(factory=dict, eq=False)
+
+    def overheads(self, backend: str) -> BackendOverheads:
+        found = self.backends.get(backend) or self.backends.get("default")
+        if found is None:
+            raise KeyError(backend)
+        return found
+
+    def with_values(self, **values: float) -> AnalyticalConstants:
+        """A copy with some scalar constants replaced (``backend.field`` keys allowed)."""
+        plain = {k: v for k, v in values.items() if "." not in k}
+        backends = dict(self.backends)
+        for key, value in values.items():
+            if "." in key:
+                name, field = key.split(".", 1)
+                backends[name] = attrs.evolve(backends[name], **{field: value})
+        return attrs.evolve(self, backends=backends, **plain)  # type: ignore[arg-type]
+
+    def to_json(self) -> dict[str, Any]:
+        def curve(c: Curve) -> list[list[float]]:
+            return [[x, y] for x, y in zip(c.xs, c.ys, strict=True)]
+
+        return {
+            "provenance": dict(self.provenance),
+            "curves": {
+                "gemm": curve(self.gemm_curve),
+                "moe": curve(self.moe_curve),
+                "memory": curve(self.mem_curve),
+                "prefill_attention_batch1": curve(self.prefill_attn_curve_b1),
+                "prefill_attention_batch16": curve(self.prefill_attn_curve_b16),
+            },
+            "quant_level": dict(self.quant_level),
+            "moe_quant_level": dict(self.moe_quant_level),
+            "decode_attention_compute": self.decode_attn_compute,
+            "linear_attention_compute": self.linear_compute,
+            "link_efficiency": self.link_efficiency,
+            "fitted": {
+                "gemm_scale": self.gemm_scale,
+                "moe_scale": self.moe_scale,
+                "mem_scale": self.mem_scale,
+                "attn_scale": self.attn_scale,
+                "kv_scale": self.kv_scale,
+                "allreduce_us": self.allreduce_us,
+                "backends": {k: attrs.asdict(v) for k, v in self.backends.items()},
+            },
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> AnalyticalConstants:
+        curves = data["curves"]
+        fitted = data["fitted"]
+        return cls(
+            gemm_curve=Curve.from_points(curves["gemm"]),
+            moe_curve=Curve.from_points(curves["moe"]),
+            mem_curve=Curve.from_points(curves["memory"]),
+            prefill_attn_curve_b1=Curve.from_points(curves["prefill_attention_batch1"]),
+            prefill_attn_curve_b16=Curve.from_points(curves["prefill_attention_batch16"]),
+            quant_level={str(k): float(v) for k, v in data["quant_level"].items()},
+            moe_quant_level={str(k): float(v) for k, v in data["moe_quant_level"].items()},
+            decode_attn_compute=float(data["decode_attention_compute"]),
+            linear_compute=float(data["linear_attention_compute"]),
+            link_efficiency=float(data["link_efficiency"]),
+            gemm_scale=float(fitted["gemm_scale"]),
+            moe_scale=float(fitted["moe_scale"]),
+            mem_scale=float(fitted["mem_scale"]),
+            attn_scale=float(fitted["attn_scale"]),
+            kv_scale=float(fitted["kv_scale"]),
+            allreduce_us=float(fitted["allreduce_us"]),
+            backends={
+                str(k): BackendOverheads(**{f: float(x) for f, x in v.items()})
+                for k, v in fitted["backends"].items()
+            },
+            provenance=dict(data.get("provenance") or {}),
+        )
+
+
+_CONSTANTS: AnalyticalConstants | None = None
+
+
+def load_constants() -> AnalyticalConstants:
+    """The shipped constants (read once, via importlib.resources)."""
+    global _CONSTANTS
+    if _CONSTANTS is None:
+        text = (
+            resources.files("servesim.timing")
+            .joinpath("data", CONSTANTS_RESOURCE)
+            .read_text(encoding="utf-8")
+        )
+        _CONSTANTS = AnalyticalConstants.from_json(json.loads(text))
+    return _CONSTANTS
+
+
+# ---------------------------------------------------------------------------------------------
+# Batch-independent geometry
+
+
+@attrs.frozen
+class _LayerClass:
+    """Layers sharing one (mixer, MLP) shape; all quantities per GPU."""
+
+    count: int
+    mixer: str  # full_attention | sliding_attention | kda | gdn | mamba2 | none
+    moe: bool
+    dense_elems: float  # non-routed GEMM weight elements on this GPU
+    dense_bytes: float
+
+
+@attrs.frozen
+class StepGeometry:
+    """Everything about the deployment a pass price needs, independent of the batch."""
+
+    model: str
+    gpu: str
+    backend: str
+    worker_type: str
+    num_layers: int
+    hidden: int
+    tensor: int
+    pipeline: int
+    attention_data: int
+    moe_tensor: int
+    moe_expert: int
+    classes: tuple[_LayerClass, ...]
+    # peaks (FLOP/s) and bandwidths (B/s)
+    gemm_peak: float
+    moe_peak: float
+    attn_peak: float
+    mem_bw: float
+    gemm_quant: str
+    moe_quant: str
+    tp_link_bw: float
+    ep_link_bw: float
+    pp_link_bw: float
+    p2p_latency_s: float
+    # LM head (per GPU)
+    lm_head_elems: float
+    lm_head_bytes: float
+    # attention (per GPU, per attention layer)
+    heads_local: float
+    qk_dim: int  # query-key dot width per head (MLA prefill: nope + rope)
+    v_dim: int
+    decode_score_dim: int  # per cached token and head in decode (MLA absorbed: 2*lora + rope)
+    kv_bytes_layer: float  # KV bytes per token per attention layer on this GPU
+    sliding_window: int | None
+    # routed experts (per GPU)
+    experts: int
+    topk: int
+    expert_elems: float  # one expert's weight elements on this GPU (after moe_tensor)
+    expert_bytes: float
+    local_experts: float
+    # linear attention / SSM (per GPU, per layer)
+    state_bytes: float
+    linear_flops_per_token: float
+
+
+def _fail(role_path: tuple[str, ...], message: str, hint: str | None = None) -> ReplayError:
+    return ReplayError(
+        [Diagnostic(code="timing-unsupported", message=message, path=role_path, hint=hint)]
+    )
+
+
+def _peak(gpu: GpuSpec, kind: str) -> tuple[float, str]:
+    if kind == "fp4" and gpu.fp4_flops:
+        return gpu.fp4_flops, "fp4"
+    if kind == "fp8" and gpu.fp8_flops:
+        return gpu.fp8_flops, "fp8"
+    if kind == "int8" and gpu.int8_flops:
+        return gpu.int8_flops, "int8"
+    return gpu.bf16_flops, "bf16"
+
+
+def _quant_of_bytes(nbytes: float) -> str:
+    if nbytes >= 2:
+        return "bf16"
+    if nbytes >= 1:
+        return "fp8"
+    return "mxfp4"
+
+
+def build_geometry(
+    model: ModelInfo,
+    gpu: GpuSpec,
+    *,
+    backend: str = "vllm",
+    worker_type: str = "aggregated",
+    tensor: int = 1,
+    pipeline: int = 1,
+    attention_data: int = 1,
+    moe_tensor: int = 1,
+    moe_expert: int = 1,
+    kv_bytes_per_token: int = 0,
+    gemm_quant: str | None = None,
+    moe_quant: str | None = None,
+    path: tuple[str, ...] = (),
+) -> StepGeometry:
+    """Precompute the batch-independent part of the step model.
+
+    ``gemm_quant`` / ``moe_quant`` override the checkpoint's weight precision (see
+    :func:`quant_modes`); by default non-expert weights use ``model.weight_dtype_bytes``
+    and routed experts ``model.expert_weight_dtype_bytes``. ``kv_bytes_per_token`` is the
+    role's per-GPU KV bytes per token over all attention layers (0: the model dtype).
+    Raises :class:`ReplayError` naming what the model lacks for this model.
+    """
+    for name, value in (
+        ("tensor", tensor),
+        ("pipeline", pipeline),
+        ("attention_data", attention_data),
+        ("moe_tensor", moe_tensor),
+        ("moe_expert", moe_expert),
+    ):
+        if value < 1:
+            raise _fail(path, f"{name} must be >= 1 for the analytical timing model, got {value}")
+    la = model.linear_attention
+    for kind in set(model.layer_types):
+        if kind in ("kda", "gdn", "mamba2") and la is None:
+            raise _fail(path, f"model {model.name!r}: {kind} layers without linear-attention "
+                        "geometry; the analytical timing model cannot price them")
+        if kind not in ("full_attention", "sliding_attention", "kda", "gdn", "mamba2", "none"):
+            raise _fail(path, f"model {model.name!r}: unsupported layer kind {kind!r}")
+    if model.is_moe and (not model.moe_intermediate_size or model.experts_per_token < 1):
+        raise _fail(path, f"model {model.name!r}: MoE layers without moe_intermediate_size or "
+                    "num_experts_per_tok; the analytical timing model cannot price them")
+    if model.head_dim <= 0 or model.num_attention_heads <= 0:
+        raise _fail(path, f"model {model.name!r}: no attention head geometry")
+
+    # weight precision
+    def resolve(mode: str | None, default_bytes: float) -> tuple[float, str]:
+        if mode is None or mode == "":
+            q = _quant_of_bytes(default_bytes)
+            return default_bytes, q
+        key = mode.strip().lower()
+        if key not in _QUANT:
+            raise _fail(path, f"unknown weight quantization {mode!r}; expected one of "
+                        + ", ".join(quant_modes()))
+        return _QUANT[key][0], key
+
+    wbytes, gq = resolve(gemm_quant, model.weight_dtype_bytes)
+    ebytes, mq = resolve(moe_quant, model.expert_weight_dtype_bytes)
+    gemm_peak, _ = _peak(gpu, _QUANT[gq][1])
+    moe_peak, _ = _peak(gpu, _QUANT[mq][1])
+
+    # per-layer weight elements
+    params = parameter_count(model)
+    h = model.hidden_size
+    mats = 3 if model.mlp_gated else 2
+    n_attn = sum(1 for k in model.layer_types if k in ("full_attention", "sliding_attention"))
+    n_lin = sum(1 for k in model.layer_types if k in ("kda", "gdn", "mamba2"))
+    attn_layer = params.attention / n_attn if n_attn else 0.0
+    lin_layer = params.linear_attention / n_lin if n_lin else 0.0
+    dense_mlp = mats * h * (model.intermediate_size or 0)
+    shared = mats * h * model.shared_expert_intermediate_size
+    groups: dict[tuple[str, str], int] = {}
+    for mixer_kind, mlp_kind in zip(model.layer_types, model.mlp_types, strict=True):
+        groups[(mixer_kind, mlp_kind)] = groups.get((mixer_kind, mlp_kind), 0) + 1
+    classes = []
+    for (mixer, mlp), count in sorted(groups.items()):
+        elems = 0.0
+        if mixer in ("full_attention", "sliding_attention"):
+            elems += attn_layer
+        elif mixer != "none":
+            elems += lin_layer
+        if mlp == "dense":
+            elems += dense_mlp
+        elif mlp == "moe":
+            elems += shared + h * model.num_experts  # shared experts and router
+        elems /= tensor
+        classes.append(_LayerClass(count=count, mixer=mixer, moe=mlp == "moe",
+                                   dense_elems=elems, dense_bytes=elems * wbytes))
+
+    # attention geometry
+    heads_local = model.num_attention_heads / tensor
+    if model.is_mla:
+        lora = model.kv_lora_rank or 0
+        rope = model.qk_rope_head_dim or 0
+        nope = model.qk_nope_head_dim or 0
+        qk_dim, v_dim = nope + rope, model.v_head_dim or nope
+        decode_dim = 2 * lora + rope
+    else:
+        qk_dim = v_dim = model.head_dim
+        decode_dim = 2 * model.head_dim
+    kv_layers = len(model.attention_layers)
+    if kv_layers:
+        try:
+            model_kv, _ = _kv_bytes_per_token(model, tensor=tensor, pipeline=pipeline,
+                                             kv_dtype_bytes=model.dtype_bytes)
+        except GeometryError as exc:
+            raise _fail(path, str(exc)) from None
+        per_token = kv_bytes_per_token if kv_bytes_per_token > 0 else model_kv
+        stage_layers = -(-kv_layers // pipeline)
+        kv_layer = per_token / stage_layers
+    else:
+        kv_layer = 0.0
+    window = model.lm_config.get("sliding_window")
+    sliding = int(window) if isinstance(window, int) and window > 0 else None
+
+    # experts
+    experts = model.num_experts
+    eh = model.expert_hidden_size or h
+    expert_elems = mats * eh * (model.moe_intermediate_size or 0) / moe_tensor
+    local_experts = experts / moe_expert if experts else 0.0
+
+    # linear attention state
+    state = 0.0
+    lin_flops = 0.0
+    if la is not None:
+        kh, vh = la.num_key_heads / tensor, la.num_value_heads / tensor
+        kd, vd = la.key_head_dim, la.value_head_dim
+        ssm = 4 if (la.ssm_dtype or "").lower() in ("float32", "fp32") or la.kind == "kda" else 2
+        conv_dim = (2 * kh * kd + vh * vd) if la.kind != "mamba2" else (vh * vd + 2 * kh * kd)
+        if la.kind == "kda":
+            conv_dim = 3 * vh * vd
+        state = vh * kd * vd * ssm + conv_dim * (la.conv_kernel - 1) * model.dtype_bytes
+        # state update + readout per token, plus intra-chunk attention of chunked kernels
+        lin_flops = vh * (4 * kd * vd + 2 * LINEAR_CHUNK * (kd + vd))
+
+    # links
+    nodes_gpus = gpu.num_gpus_per_node
+
+    def link(group: int) -> float:
+        return gpu.intra_node_bw if group <= nodes_gpus else gpu.inter_node_bw
+
+    lm_elems = model.vocab_size * h / tensor
+    return StepGeometry(
+        model=model.name,
+        gpu=gpu.name,
+        backend=backend,
+        worker_type=worker_type,
+        num_layers=model.num_layers,
+        hidden=h,
+        tensor=tensor,
+        pipeline=pipeline,
+        attention_data=attention_data,
+        moe_tensor=moe_tensor,
+        moe_expert=moe_expert,
+        classes=tuple(classes),
+        gemm_peak=gemm_peak,
+        moe_peak=moe_peak,
+        attn_peak=gpu.bf16_flops,
+        mem_bw=gpu.mem_bw,
+        gemm_quant=gq,
+        moe_quant=mq,
+        tp_link_bw=link(tensor),
+        ep_link_bw=link(moe_expert * moe_tensor),
+        pp_link_bw=gpu.inter_node_bw if tensor * pipeline > nodes_gpus else gpu.intra_node_bw,
+        p2p_latency_s=gpu.p2p_latency_s or 1e-5,
+        lm_head_elems=lm_elems,
+        lm_head_bytes=lm_elems * model.dtype_bytes,
+        heads_local=heads_local,
+        qk_dim=qk_dim,
+        v_dim=v_dim,
+        decode_score_dim=decode_dim,
+        kv_bytes_layer=kv_layer,
+        sliding_window=sliding,
+        experts=experts,
+        topk=model.experts_per_token,
+        expert_elems=expert_elems,
+        expert_bytes=expert_elems * ebytes,
+        local_experts=local_experts,
+        state_bytes=state,
+        linear_flops_per_token=lin_flops,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The timer
+
+
+def _level(table: Mapping[str, float], quant: str) -> float:
+    kind = _QUANT.get(quant, (0.0, "bf16"))[1]
+    return table.get(quant, table.get(kind, 1.0))
+
+
+class AnalyticalTimer:
+    """Prices passes of one role with :class:`StepGeometry` and :class:`AnalyticalConstants`."""
+
+    __slots__ = (
+        "_ar_s",
+        "_attn_c",
+        "_classes",
+        "_curve_b1",
+        "_curve_b16",
+        "_gemm_c",
+        "_geo",
+        "_lin_c",
+        "_mem",
+        "_moe_c",
+        "_over",
+        "_standalone",
+        "_weight_floor_s",
+        "constants",
+        "geometry",
+    )
+
+    def __init__(self, geometry: StepGeometry, constants: AnalyticalConstants) -> None:
+        self.geometry = geometry
+        self.constants = constants
+        c = constants
+        g = geometry
+        self._geo = g
+        self._gemm_c = c.gemm_curve.scaled(c.gemm_scale * _level(c.quant_level, g.gemm_quant))
+        self._moe_c = c.moe_curve.scaled(c.moe_scale * _level(c.moe_quant_level, g.moe_quant))
+        self._mem = c.mem_curve.scaled(c.mem_scale)
+        self._curve_b1 = c.prefill_attn_curve_b1.scaled(c.attn_scale)
+        self._curve_b16 = c.prefill_attn_curve_b16.scaled(c.attn_scale)
+        self._attn_c = c.decode_attn_compute
+        self._lin_c = c.linear_compute
+        self._ar_s = c.allreduce_us * 1e-6
+        try:
+            self._over = c.overheads(g.backend)
+        except KeyError:
+            raise ReplayError([Diagnostic(
+                code="timing-unsupported",
+                message=f"no analytical overhead constants for backend {g.backend!r} "
+                f"(known: {', '.join(sorted(c.backends))})")]) from None
+        self._standalone = g.worker_type == "prefill"
+        self._classes = g.classes
+        self._weight_floor_s = self._gemm_s(1, 1)
+
+    # -- building blocks (seconds) ------------------------------------------------------
+
+    def _mem_s(self, nbytes: float) -> float:
+        if nbytes <= 0:
+            return 0.0
+        return nbytes / (self._geo.mem_bw * self._mem(nbytes))
+
+    def _gemm_s(self, tokens: float, moe_tokens: float) -> float:
+        """All weight GEMMs of one forward over ``tokens`` tokens (``moe_tokens`` at the
+        experts, which see every attention-DP rank's tokens)."""
+        g = self._geo
+        total = 0.0
+        u_c = self._gemm_c(tokens)
+        act = tokens * g.hidden * ACT_BYTES * 4  # in/out activations of the layer's GEMMs
+        for cls in self._classes:
+            flops = 2.0 * cls.dense_elems * tokens
+            t = max(flops / (g.gemm_peak * u_c), self._mem_s(cls.dense_bytes + act))
+            if cls.moe:
+                t += self._moe_s(moe_tokens)
+            total += cls.count * t
+        return total
+
+    def _moe_s(self, tokens: float) -> float:
+        g = self._geo
+        if g.experts == 0 or tokens <= 0:
+            return 0.0
+        pairs = tokens * g.topk
+        touched = g.local_experts * (1.0 - (1.0 - g.topk / g.experts) ** tokens)
+        per_expert = pairs / g.experts
+        flops = 2.0 * pairs / g.moe_expert * g.expert_elems
+        compute = flops / (g.moe_peak * self._moe_c(max(per_expert, 1.0)))
+        return max(compute, self._mem_s(touched * g.expert_bytes))
+
+    def _lm_head_s(self, tokens: float) -> float:
+        g = self._geo
+        flops = 2.0 * g.lm_head_elems * tokens
+        return max(flops / (g.attn_peak * self._gemm_c(tokens)), self._mem_s(g.lm_head_bytes))
+
+    def _comm_s(self, tokens: float, moe_tokens: float, latency: bool) -> float:
+        g = self._geo
+        lat = self._ar_s if latency else 0.0
+        total = 0.0
+        msg = tokens * g.hidden * ACT_BYTES
+        eff = self.constants.link_efficiency
+        if g.tensor > 1:
+            ar = lat + 2.0 * msg * (g.tensor - 1) / g.tensor / (g.tp_link_bw * eff)
+            for cls in self._classes:
+                # one after the mixer, one after a dense MLP (an MoE MLP under expert
+                # parallelism combines with all-to-all instead)
+                n = (1 if cls.mixer != "none" else 0) + (
+                    1 if not cls.moe or g.moe_expert == 1 else 0
+                )
+                total += cls.count * n * ar
+        ep = g.moe_expert * g.moe_tensor
+        if g.experts and (g.moe_expert > 1 or g.attention_data > 1) and ep > 1:
+            moe_layers = sum(c.count for c in self._classes if c.moe)
+            a2a_bytes = moe_tokens / g.attention_data * g.topk * g.hidden * ACT_BYTES
+            a2a = lat + a2a_bytes * (ep - 1) / ep / (g.ep_link_bw * eff)
+            total += moe_layers * 2 * a2a
+        if g.pipeline > 1:
+            hop = (g.p2p_latency_s if latency else 0.0) + msg / (g.pp_link_bw * eff)
+            total += (g.pipeline - 1) * hop
+        return total
+
+    def _attention_layers(self) -> tuple[int, int, int]:
+        full = sliding = linear = 0
+        for cls in self._classes:
+            if cls.mixer == "full_attention":
+                full += cls.count
+            elif cls.mixer == "sliding_attention":
+                sliding += cls.count
+            elif cls.mixer != "none":
+                linear += cls.count
+        return full, sliding, linear
+
+    # -- the protocol -------------------------------------------------------------------
+
+    def prefill_ms(self, batch: int, mean_isl: float, mean_prefix: float) -> float:
+        new = mean_isl - mean_prefix
+        if batch <= 0 or new <= 0:
+            return 0.0
+        g = self._geo
+        o = self._over
+        b = float(batch)
+        tokens = b * new
+        moe_tokens = tokens * g.attention_data
+        gemm = self._gemm_s(tokens, moe_tokens)
+        comm = self._comm_s(tokens, moe_tokens, latency=self._standalone)
+        # attention
+        full, sliding, linear = self._attention_layers()
+        ctx = float(mean_isl)
+        p = float(mean_prefix)
+        u = self._prefill_attn_eff(ctx, b)
+        attn = 0.0
+        width = g.heads_local * (g.qk_dim + g.v_dim)
+        if full:
+            pairs = b * (ctx * ctx - p * p) / 2.0
+            flops = 2.0 * pairs * width
+            kv = b * ctx * g.kv_bytes_layer
+            attn += full * (flops / (g.attn_peak * u) + self._mem_s(kv))
+        if sliding:
+            w = float(g.sliding_window or ctx)
+            pairs = b * new * min(w, p + new / 2.0)
+            flops = 2.0 * pairs * width
+            kv = b * min(ctx, w + new) * g.kv_bytes_layer
+            attn += sliding * (flops / (g.attn_peak * u) + self._mem_s(kv))
+        if linear:
+            chunks = math.ceil(new / LINEAR_CHUNK)
+            flops = tokens * g.linear_flops_per_token
+            nbytes = b * g.state_bytes * (2 + chunks)
+            attn += linear * max(flops / (g.attn_peak * self._lin_c), self._mem_s(nbytes))
+        layers = g.num_layers
+        if self._standalone:
+            total = (gemm + self._lm_head_s(b) + attn + comm + o.step_ms * 1e-3
+                     + layers * (o.layer_us + o.prefill_layer_us) * 1e-6)
+        else:
+            total = max(0.0, gemm - self._weight_floor_s) + attn + comm
+            total += layers * o.prefill_layer_us * 1e-6
+        return total * 1e3 + b * o.prefill_req_ms
+
+    def _prefill_attn_eff(self, ctx: float, batch: float) -> float:
+        lo = self._curve_b1(ctx)
+        if batch <= 1:
+            return lo
+        hi = self._curve_b16(ctx)
+        if batch >= 16:
+            return hi
+        return lo + (hi - lo) * math.log2(batch) / 4.0
+
+    def decode_ms(
+        self, batch: int, active_kv_tokens: int, mean_context: float, total_kv_tokens: int
+    ) -> float:
+        if batch <= 0:
+            return 0.0
+        g = self._geo
+        o = self._over
+        n = float(batch)
+        moe_tokens = n * g.attention_data
+        gemm = self._gemm_s(n, moe_tokens) + self._lm_head_s(n)
+        comm = self._comm_s(n, moe_tokens, latency=True)
+        full, sliding, linear = self._attention_layers()
+        attn = 0.0
+        kv_eff = self.constants.kv_scale
+        ctx_total = float(max(active_kv_tokens, 0))
+        if full:
+            flops = 2.0 * g.heads_local * g.decode_score_dim * ctx_total
+            nbytes = ctx_total * g.kv_bytes_layer
+            attn += full * max(flops / (g.attn_peak * self._attn_c),
+                               self._mem_s(nbytes) / kv_eff)
+        if sliding:
+            w = float(g.sliding_window or mean_context)
+            ctx = n * min(float(mean_context), w)
+            flops = 2.0 * g.heads_local * g.decode_score_dim * ctx
+            attn += sliding * max(flops / (g.attn_peak * self._attn_c),
+                                  self._mem_s(ctx * g.kv_bytes_layer) / kv_eff)
+        if linear:
+            flops = n * g.linear_flops_per_token
+            attn += linear * max(flops / (g.attn_peak * self._lin_c),
+                                 self._mem_s(2.0 * n * g.state_bytes))
+        fixed = o.step_ms * 1e-3 + g.num_layers * o.layer_us * 1e-6 + n * o.decode_req_us * 1e-6
+        return (gemm + comm + attn + fixed) * 1e3
+
+
+# ---------------------------------------------------------------------------------------------
+# Construction from a role
+
+
+def _role_path(role: RoleArgs) -> tuple[str, ...]:
+    return ("engine", "workers", role.worker_type)
+
+
+def timer_from_role(
+    role: RoleArgs,
+    *,
+    gemm_quant: str | None = None,
+    moe_quant: str | None = None,
+    constants: AnalyticalConstants | None = None,
+) -> AnalyticalTimer:
+    """The analytical timer of ``role`` (model and GPU from the catalog)."""
+    path = _role_path(role)
+    try:
+        model = load_model(role.model)
+    except CatalogError as exc:
+        raise ReplayError([Diagnostic(
+            code="timing-unsupported", path=(*path, "model"),
+            message=f"default timing needs the model's architecture: {exc}",
+            hint='use a shipped model id, a directory with config.json, or timing.type = '
+                 '"table"/"fixed"')]) from None
+    try:
+        gpu = load_gpu(role.hardware)
+    except CatalogError as exc:
+        raise ReplayError([Diagnostic(
+            code="timing-unsupported", path=(*path, "hardware"),
+            message=f"default timing needs the GPU's datasheet: {exc}",
+            hint='use a shipped GPU name or timing.type = "table"/"fixed"')]) from None
+    geometry = build_geometry(
+        model,
+        gpu,
+        backend=role.backend,
+        worker_type=role.worker_type,
+        tensor=role.tensor,
+        pipeline=role.pipeline,
+        attention_data=role.attention_data,
+        moe_tensor=role.moe_tensor,
+        moe_expert=role.moe_expert,
+        kv_bytes_per_token=role.kv_bytes_per_token,
+        gemm_quant=gemm_quant,
+        moe_quant=moe_quant,
+        path=path,
+    )
+    return AnalyticalTimer(geometry, constants or load_constants())

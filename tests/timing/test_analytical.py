@@ -1,0 +1,152 @@
+"""Physical sanity of the analytical (default) step-time model."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from servesim.catalog import load_gpu, load_model
+from servesim.errors import ReplayError
+from servesim.payload import RoleArgs, TimingArgs
+from servesim.timing import make_timer
+from servesim.timing.analytical import (
+    AnalyticalTimer,
+    Curve,
+    build_geometry,
+    load_constants,
+    timer_from_role,
+)
+
+
+def _role(**kw: object) -> RoleArgs:
+    base: dict[str, object] = {"worker_type": "aggregated", "backend": "vllm",
+                               "model": "Qwen/Qwen3-32B", "hardware": "h100_sxm"}
+    base.update(kw)
+    return RoleArgs(**base)  # type: ignore[arg-type]
+
+
+def _timer(model: str = "Qwen/Qwen3-32B", gpu: str = "h100_sxm", **kw: object) -> AnalyticalTimer:
+    geo = build_geometry(load_model(model), load_gpu(gpu), **kw)  # type: ignore[arg-type]
+    return AnalyticalTimer(geo, load_constants())
+
+
+def test_default_timing_is_registered() -> None:
+    timer = make_timer(_role(timing=TimingArgs(type="default")))
+    assert isinstance(timer, AnalyticalTimer)
+    assert timer.decode_ms(8, 8 * 1024, 1024, 10**6) > 0
+
+
+def test_empty_halves_cost_nothing() -> None:
+    t = _timer()
+    assert t.prefill_ms(0, 0, 0) == 0.0
+    assert t.prefill_ms(3, 512, 512) == 0.0  # fully cached: no new tokens
+    assert t.decode_ms(0, 0, 0, 100) == 0.0
+
+
+@pytest.mark.parametrize("model", ["Qwen/Qwen3-32B", "deepseek-ai/DeepSeek-R1",
+                                   "openai/gpt-oss-120b", "Qwen/Qwen3.5-35B-A3B",
+                                   "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"])
+def test_monotone_in_batch_and_context(model: str) -> None:
+    t = _timer(model, "b200_sxm", tensor=8)
+    decode = [t.decode_ms(b, b * 2048, 2048, 0) for b in (1, 4, 16, 64, 256)]
+    assert decode == sorted(decode) and decode[0] < decode[-1]
+    ctx = [t.decode_ms(16, 16 * c, c, 0) for c in (128, 1024, 8192, 65536)]
+    assert ctx == sorted(ctx) and ctx[0] < ctx[-1]
+    prefill = [t.prefill_ms(b, 1024, 0) for b in (1, 2, 8)]
+    assert prefill == sorted(prefill) and prefill[0] < prefill[-1]
+    longer = [t.prefill_ms(1, s, 0) for s in (256, 1024, 4096, 16384)]
+    assert longer == sorted(longer) and longer[0] < longer[-1]
+
+
+def test_more_tensor_parallelism_means_less_weight_time_per_gpu() -> None:
+    times = [_timer(tensor=tp).decode_ms(1, 1024, 1024, 0) for tp in (1, 2, 4, 8)]
+    assert times == sorted(times, reverse=True)
+    geos = [build_geometry(load_model("Qwen/Qwen3-32B"), load_gpu("h100_sxm"), tensor=tp)
+            for tp in (1, 2, 4, 8)]
+    weights = [sum(c.count * c.dense_bytes for c in g.classes) for g in geos]
+    for w1, w2 in itertools.pairwise(weights):
+        assert w2 == pytest.approx(w1 / 2)
+
+
+def test_fp8_weights_are_faster_than_bf16_on_a_gpu_with_fp8_flops() -> None:
+    bf16 = _timer(gemm_quant="bf16")
+    fp8 = _timer(gemm_quant="fp8")
+    assert fp8.decode_ms(8, 8 * 1024, 1024, 0) < bf16.decode_ms(8, 8 * 1024, 1024, 0)
+    assert fp8.prefill_ms(4, 4096, 0) < bf16.prefill_ms(4, 4096, 0)
+    # the checkpoint's own precision is the default (DeepSeek-V3 ships FP8 weights)
+    ckpt = _timer("deepseek-ai/DeepSeek-V3", "h200_sxm", tensor=8, moe_tensor=8)
+    bf = _timer("deepseek-ai/DeepSeek-V3", "h200_sxm", tensor=8, moe_tensor=8,
+                gemm_quant="bf16", moe_quant="bf16")
+    assert ckpt.geometry.gemm_quant == "fp8"
+    assert ckpt.decode_ms(4, 4096, 1024, 0) < bf.decode_ms(4, 4096, 1024, 0)
+
+
+def test_prefill_quadratic_term_is_visible() -> None:
+    # Same new tokens, longer cached prefix: only attention grows, linearly in the prefix.
+    t = _timer(tensor=2)
+    base = t.prefill_ms(1, 2048, 0)
+    p4k = t.prefill_ms(1, 2048 + 4096, 4096)
+    p8k = t.prefill_ms(1, 2048 + 8192, 8192)
+    assert base < p4k < p8k
+    # Doubling a long prompt more than doubles the marginal attention-heavy cost.
+    assert t.prefill_ms(1, 32768, 0) > 2 * t.prefill_ms(1, 16384, 0)
+
+
+def test_moe_touched_experts_saturate() -> None:
+    t = _timer("Qwen/Qwen3-30B-A3B", "h100_sxm")
+    g = t.geometry
+    one = t._moe_s(1)
+    many = t._moe_s(4096)
+    assert 0 < one < many
+    # with every expert touched, more tokens only add compute, not weight traffic
+    assert g.local_experts * (1 - (1 - g.topk / g.experts) ** 4096) == pytest.approx(g.experts)
+
+
+def test_attention_data_parallel_ranks_feed_the_experts() -> None:
+    solo = _timer("deepseek-ai/DeepSeek-R1", "b200_sxm", tensor=1, moe_expert=8)
+    dp = _timer("deepseek-ai/DeepSeek-R1", "b200_sxm", tensor=1, attention_data=8,
+                moe_expert=8)
+    assert dp.decode_ms(64, 64 * 1024, 1024, 0) > solo.decode_ms(64, 64 * 1024, 1024, 0)
+
+
+def test_prefill_role_prices_a_whole_forward() -> None:
+    agg = _timer(worker_type="aggregated")
+    pre = _timer(worker_type="prefill")
+    assert pre.prefill_ms(1, 1024, 0) > agg.prefill_ms(1, 1024, 0)
+
+
+def test_unknown_model_and_gpu_are_named() -> None:
+    with pytest.raises(ReplayError) as err:
+        timer_from_role(_role(model="acme/NoSuchModel-7B"))
+    (diag,) = err.value.diagnostics
+    assert diag.code == "timing-unsupported"
+    assert "acme/NoSuchModel-7B" in diag.message
+    assert diag.where == "engine.workers.aggregated.model"
+    with pytest.raises(ReplayError) as err:
+        timer_from_role(_role(hardware="tpu_v9"))
+    assert "tpu_v9" in err.value.diagnostics[0].message
+    assert err.value.diagnostics[0].where == "engine.workers.aggregated.hardware"
+
+
+def test_unsupported_architecture_is_a_diagnostic() -> None:
+    model = load_model("Qwen/Qwen3-30B-A3B")
+    import attrs
+
+    broken = attrs.evolve(model, moe_intermediate_size=None)
+    with pytest.raises(ReplayError, match="MoE layers without moe_intermediate_size"):
+        build_geometry(broken, load_gpu("h100_sxm"))
+    with pytest.raises(ReplayError, match="unknown weight quantization 'fp3'"):
+        build_geometry(model, load_gpu("h100_sxm"), gemm_quant="fp3")
+
+
+def test_curve_interpolates_in_log_space_and_clamps() -> None:
+    c = Curve((1.0, 4.0), (0.2, 0.6))
+    assert c(0.5) == 0.2 and c(100) == 0.6
+    assert c(2.0) == pytest.approx(0.4)
+
+
+def test_constants_carry_provenance() -> None:
+    c = load_constants()
+    assert c.provenance
+    assert {"vllm", "sglang", "trtllm"} <= set(c.backends)
