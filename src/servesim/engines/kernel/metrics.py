@@ -14,8 +14,10 @@ records always give the same floats, whatever order they were added in.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
+import operator
 from array import array
 from collections.abc import Iterable, Mapping
 from typing import IO, Any
@@ -54,7 +56,9 @@ def distribution(samples: Iterable[float], name: str, unit: str = "_ms") -> dict
     out[f"max_{name}{unit}"] = values[-1]
     for label, p in PERCENTILES:
         out[f"{label}_{name}{unit}"] = percentile(values, p)
-    out[f"std_{name}{unit}"] = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / n)
+    # C-level maps instead of a generator: ITL has one sample per output token
+    deviations = list(map(operator.sub, values, itertools.repeat(mean, n)))
+    out[f"std_{name}{unit}"] = math.sqrt(math.fsum(map(operator.mul, deviations, deviations)) / n)
     return out
 
 
@@ -202,9 +206,7 @@ class MetricsCollector:
         if n >= 2:
             samples["ttst"].append(times[1] - times[0])
             samples["tpot"].append((times[-1] - times[0]) / (n - 1))
-            itl = samples["itl"]
-            for i in range(1, n):
-                itl.append(times[i] - times[i - 1])
+            samples["itl"].extend(map(operator.sub, itertools.islice(times, 1, None), times))
         samples["e2e_latency"].append(_e2e(record))
         if self._sla is not None and meets_sla(record, self._sla):
             self.goodput_completed += 1
@@ -238,8 +240,10 @@ class MetricsCollector:
         }
         for name in LATENCIES:
             out.update(distribution(self._samples[name], name))
-        out.update(distribution((1000.0 / g for g in self._samples["itl"] if g > 0), PER_USER,
-                                unit=""))
+        # 1000 / gap for every positive gap (gaps are never negative)
+        gaps = self._samples["itl"]
+        out.update(distribution(map(operator.truediv, itertools.repeat(1000.0),
+                                    filter(None, gaps)), PER_USER, unit=""))
         out["num_ttft_samples"] = len(self._samples["ttft"])
         out["num_tpot_samples"] = len(self._samples["tpot"])
         out["num_e2e_latency_samples"] = len(self._samples["e2e_latency"])
