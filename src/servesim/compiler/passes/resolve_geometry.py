@@ -257,9 +257,7 @@ def _resolve_role(rec: _Recorder, name: str, w: Worker, e: Engine, backend: Back
                 kv_bytes_per_token=bytes_per_token, block_size=block_size,
                 weight_dtype_bytes=_weight_dtype_bytes(e.gemm_quant_mode))
         except geometry.GeometryError as exc:
-            rec.fail(cpath, "no-kv-budget", str(exc),
-                     "use more GPUs per worker (tensor/pipeline), a larger GPU, or a higher "
-                     "memory_fraction")
+            rec.fail(cpath, "no-kv-budget", str(exc))  # the message names the remedies
             return None, meta
         rec.note((*kp, "num_gpu_blocks"), "derived", formula)
         meta["capacity"] = breakdown
