@@ -1,0 +1,295 @@
+"""The ``servesim`` command line: exit codes, output streams, stages, atomic writes.
+
+Exit codes: 0 success, 1 bad input (diagnostics on stderr, never a traceback), 2 usage.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from servesim import __version__
+from servesim.cli import main
+from servesim.compiler import compile_file
+from servesim.payload import dump_payload
+from servesim.plugins.manager import EngineRegistry, get_plugin_manager
+from servesim.schemas import load_schema
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = REPO / "examples" / "configs"
+REGISTRY = EngineRegistry.collect(get_plugin_manager(load_entrypoints=False))
+QWEN = '[engine]\nmodel = "Qwen/Qwen3-32B"\nhardware = "h200_sxm"\n' \
+    "[engine.workers.aggregated]\n"
+KIMI = (EXAMPLES / "kimi_k3_state_cache.toml").read_text(encoding="utf-8")
+
+
+@pytest.fixture(autouse=True)
+def _workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Run in a scratch folder (relative names in messages) with a wide console."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.setenv("NO_COLOR", "1")
+    return tmp_path
+
+
+def write(name: str, text: str) -> str:
+    Path(name).write_text(text, encoding="utf-8")
+    return name
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:  # argparse: usage errors (2), --help/--version (0)
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# --- exit codes -----------------------------------------------------------------------------
+
+def test_compile_prints_the_payload(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "compile", write("ok.toml", QWEN))
+    assert (code, err) == (0, "")
+    payload = compile_file("ok.toml", registry=REGISTRY)
+    assert out == dump_payload(payload, relative_to=os.getcwd())
+    assert json.loads(out)["roles"]["aggregated"]["block_size"] == 64
+
+
+def test_validate_ok(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "validate", write("ok.toml", QWEN))
+    assert (code, out.strip(), err) == (
+        0, "ok: ok.toml is valid (engine vllm; roles aggregated)", "")
+
+
+@pytest.mark.parametrize("command", [["compile"], ["validate"], ["inspect"],
+                                     ["compile", "--stop-after", "parse"],
+                                     ["inspect", "--format", "json"]])
+def test_bad_input_exits_1_with_diagnostics_on_stderr(capsys: pytest.CaptureFixture[str],
+                                                      command: list[str]) -> None:
+    bad = write("bad.toml", QWEN + "[engine.workers.aggregated.kv_cache]\nblok_size = 4\n")
+    code, out, err = run(capsys, *command, bad)
+    assert (code, out) == (1, "")
+    assert err.splitlines() == [
+        "error: engine.workers.aggregated.kv_cache.blok_size: unknown key 'blok_size' (allowed "
+        "here: block_size, prefix_caching, bytes_per_token, capacity, state_cache, "
+        "prefix_match_unit, host_offload, g3_offload) [unknown-key]",
+        "  hint: did you mean 'block_size'?"]
+
+
+def test_every_diagnostic_is_printed(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "validate", write("bad.toml", '[engine]\nmodel = "x"\n'))
+    assert code == 1
+    assert err.splitlines() == [
+        "error: engine.hardware: required key 'hardware' is missing [missing-key]",
+        "error: engine.workers: required key 'workers' is missing [missing-key]"]
+
+
+def test_missing_file_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(capsys, "compile", "nowhere.toml") == (
+        1, "", "error: nowhere.toml: file not found [file-not-found]\n")
+
+
+@pytest.mark.parametrize("argv", [
+    [], ["compile"], ["frobnicate"], ["compile", "x.toml", "--stop-after", "emit"],
+    ["compile", "x.toml", "--format", "yaml"], ["validate"], ["inspect"],
+    ["inspect", "x.toml", "--format", "yaml"], ["schema"], ["schema", "engine"],
+    ["plugins", "--format", "yaml"], ["plugins", "extra"],
+])
+def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    code, out, err = run(capsys, *argv)
+    assert (code, out) == (2, "")
+    assert "usage: servesim" in err and "Traceback" not in err
+
+
+def test_schema_prints_the_committed_schema(capsys: pytest.CaptureFixture[str]) -> None:
+    for which in ("config", "payload"):
+        code, out, err = run(capsys, "schema", which)
+        assert (code, err) == (0, "")
+        assert json.loads(out) == load_schema(which)
+
+
+def test_plugins(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "plugins", "--format", "json")
+    assert code == 0
+    rows = {row["name"]: row for row in json.loads(out)}
+    assert rows["vllm"]["modes"] == ["aggregated"]
+    assert rows["disagg"]["modes"] == ["disaggregated"]
+    code, out, _ = run(capsys, "plugins")
+    assert code == 0
+    assert "vllm" in out and "disagg" in out and "servesim.builtin" in out
+
+
+def test_a_plugin_that_cannot_be_imported_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "--plugin", "no_such_servesim_plugin", "plugins")
+    assert (code, out) == (1, "")
+    assert err == ("error: --plugin no_such_servesim_plugin: cannot import plugin module: "
+                   "ModuleNotFoundError: No module named 'no_such_servesim_plugin' "
+                   "[plugin-import]\n")
+
+
+def test_version_in_a_subprocess() -> None:
+    done = subprocess.run([sys.executable, "-m", "servesim", "--version"], capture_output=True,
+                          text=True, check=False)
+    assert (done.returncode, done.stdout, done.stderr) == (0, f"servesim {__version__}\n", "")
+
+
+# --- stages ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("stage", ["parse", "resolve", "validate", "lower"])
+def test_stop_after_each_stage_prints_json(capsys: pytest.CaptureFixture[str],
+                                           stage: str) -> None:
+    config = write("k3.toml", KIMI)
+    code, out, err = run(capsys, "compile", config, "--stop-after", stage, "--format", "json")
+    assert (code, err) == (0, "")
+    data = json.loads(out)
+    if stage == "parse":  # only what was authored
+        kv = data["engine"]["workers"]["aggregated"]["kv_cache"]
+        assert kv["block_size"] == 128 and "bytes_per_token" not in kv
+        assert data["engine"]["kvcache_quant_mode"] == "fp8"
+    elif stage in ("resolve", "validate"):
+        assert data["roles"]["aggregated"]["block_size"] == 1536
+        assert data["provenance"]["engine.workers.aggregated.kv_cache.block_size"] == {
+            "origin": "derived", "formula": "block_size 1536 = 128 x ceil(814080/73728)"}
+    else:
+        assert data["schema_version"] == 1 and data["engine"] == "vllm"
+        assert data["roles"]["aggregated"]["block_size"] == 1536
+        assert "provenance" in data and "metadata" not in data
+
+
+def test_stop_after_validate_is_where_cross_layer_rules_fail(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    config = write("k3.toml", KIMI.replace("[engine]\n", "[engine]\nnextn = 1\n"
+                                                          "nextn_accepted = 0.5\n"))
+    assert run(capsys, "compile", config, "--stop-after", "resolve")[0] == 0
+    code, out, err = run(capsys, "compile", config, "--stop-after", "validate")
+    assert (code, out) == (1, "")
+    assert err.splitlines() == [
+        "error: engine.workers.aggregated.kv_cache.prefix_match_unit: prefix_match_unit does "
+        "not support speculative decoding (speculation or nextn > 0) unless it equals the "
+        "resolved block_size 1536, got 128 [prefix-match-unit-speculation]",
+        "  hint: set prefix_match_unit = 1536 or remove it"]
+
+
+def test_stop_after_text_format(capsys: pytest.CaptureFixture[str]) -> None:
+    config = write("k3.toml", KIMI)
+    code, out, _ = run(capsys, "compile", config, "--stop-after", "resolve", "--format", "text")
+    assert code == 0
+    assert "block_size = 1536  (derived: block_size 1536 = 128 x ceil(814080/73728))" in out
+    code, out, _ = run(capsys, "compile", config, "--stop-after", "parse", "--format", "text")
+    assert code == 0 and json.loads(out)["engine"]["model"] == "moonshotai/Kimi-K3"
+
+
+# --- inspect --------------------------------------------------------------------------------
+
+def test_inspect_marks_every_value_and_shows_the_k3_formula(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "inspect", write("k3.toml", KIMI))
+    assert (code, err) == (0, "")
+    lines = [line.lstrip("│├└─ ") for line in out.splitlines()]
+    assert "block_size = 1536  (derived: block_size 1536 = 128 x ceil(814080/73728))" in lines
+    assert "tensor = 8  (authored)" in lines
+    assert "replicas = 1  (defaulted)" in lines
+    assert "preemption_mode = \"lifo\"  (defaulted: vLLM default)" in lines
+    assert "num_gpu_blocks = 512  (authored: capacity.blocks)" in lines
+    assert "state_blocks = 3  (derived: ceil(61046784 / (1536 x 13824)) = 3)" in lines
+    assert "input_tokens = 24300  (authored)" in lines
+
+
+def test_inspect_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "inspect", write("ok.toml", QWEN), "--format", "json")
+    assert code == 0
+    prov = json.loads(out)["provenance"]
+    assert prov["engine.workers.aggregated.kv_cache.block_size"] == {
+        "origin": "defaulted", "formula": "vllm default"}
+    assert prov["engine.model"] == {"origin": "authored"}
+
+
+# --- compile -o -----------------------------------------------------------------------------------
+
+def test_compile_output_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    config = str(EXAMPLES / "mooncake_trace.toml")
+    code, out, err = run(capsys, "compile", config, "-o", "out/payload.json")
+    assert (code, out) == (0, "")
+    assert err == "wrote out/payload.json (engine vllm)\n"
+    written = (tmp_path / "out" / "payload.json").read_text(encoding="utf-8")
+    assert written == dump_payload(compile_file(config, registry=REGISTRY),
+                                   relative_to=str(tmp_path / "out"))
+    # the trace path is relative to the payload's folder and points at the real trace
+    trace = json.loads(written)["workload"]["source"]["path"]
+    assert not os.path.isabs(trace)
+    assert (tmp_path / "out" / trace).resolve() == (REPO / "examples" / "traces"
+                                                    / "mooncake_small.jsonl").resolve()
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["payload.json"]
+
+
+def test_compile_output_is_untouched_when_compiling_fails(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    Path("payload.json").write_text("previous\n", encoding="utf-8")
+    bad = write("bad.toml", QWEN.replace("h200_sxm", "h201"))
+    code, _, err = run(capsys, "compile", bad, "-o", "payload.json")
+    assert code == 1 and "[unknown-hardware]" in err
+    assert Path("payload.json").read_text(encoding="utf-8") == "previous\n"
+    assert sorted(p.name for p in Path().iterdir()) == ["bad.toml", "payload.json"]
+
+
+def test_compile_output_is_atomic(capsys: pytest.CaptureFixture[str],
+                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    Path("payload.json").write_text("previous\n", encoding="utf-8")
+    config = write("ok.toml", QWEN)
+
+    def interrupted(src: str, dst: str) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", interrupted)
+    code, _, err = run(capsys, "compile", config, "-o", "payload.json")
+    assert (code, err) == (130, "interrupted\n")
+    # the old file is intact and no temporary file is left behind
+    assert Path("payload.json").read_text(encoding="utf-8") == "previous\n"
+    assert sorted(p.name for p in Path().iterdir()) == ["ok.toml", "payload.json"]
+
+
+# --- no traceback for any bad input ------------------------------------------------------------
+
+BAD_INPUTS = {
+    "empty": "",
+    "syntax": "[engine\n",
+    "binary": "\x00\x01\x02",
+    "root-array": "engine = [1, 2]\n",
+    "scalar-workers": '[engine]\nmodel = "m"\nhardware = "h"\nworkers = 3\n',
+    "nan": QWEN + '[traffic.load]\ntype = "poisson"\nrequests_per_second = nan\n',
+    "huge": QWEN + f"[traffic.load]\nconcurrency = {2**64}\n",
+    "unknown-model": QWEN.replace("Qwen/Qwen3-32B", "Qwen/Qwen9"),
+    "no-kv-budget": QWEN.replace("Qwen/Qwen3-32B", "Qwen/Qwen3-235B-A22B").replace(
+        "h200_sxm", "l40s"),
+    "kv-dtype": QWEN.replace("[engine]\n", '[engine]\nkvcache_quant_mode = "nvfp4"\n'),
+    "state-cache-pp": KIMI.replace("tensor = 8", "tensor = 8\npipeline = 2"),
+    "pmu-speculation": KIMI.replace("[engine]\n", "[engine]\nnextn = 2\nnextn_accepted = 1.0\n"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_INPUTS))
+@pytest.mark.parametrize("command", ["compile", "validate", "inspect"])
+def test_no_traceback_for_bad_input(capsys: pytest.CaptureFixture[str], name: str,
+                                    command: str) -> None:
+    config = write(f"{name}.toml", BAD_INPUTS[name])
+    code, out, err = run(capsys, command, config)
+    assert (code, out) == (1, "")
+    assert err.startswith("error: ") and "Traceback" not in err
+
+
+def test_non_utf8_file(capsys: pytest.CaptureFixture[str]) -> None:
+    Path("latin1.toml").write_bytes(b"[engine]\nmodel = '\xe9'\n")
+    assert run(capsys, "validate", "latin1.toml") == (
+        1, "", "error: latin1.toml: not UTF-8 text (byte 18) [not-utf8]\n")
+
+
+def test_directory_instead_of_a_file(capsys: pytest.CaptureFixture[str]) -> None:
+    Path("configs").mkdir()
+    assert run(capsys, "compile", "configs") == (
+        1, "", "error: configs: is a directory, expected a TOML file [file-unreadable]\n")
