@@ -5,7 +5,7 @@ from __future__ import annotations
 from servesim.engines.base import Engine, Progress, ReplayResult, Sink
 from servesim.engines.kernel.requests import Workload
 from servesim.errors import Diagnostic, ReplayError
-from servesim.payload import Payload, RoleArgs
+from servesim.payload import Payload
 from servesim.plugins.hookspecs import hookimpl
 
 
@@ -21,27 +21,10 @@ class VllmEngine(Engine):
         from servesim.engines.vllm.engine import replay_aggregated
 
         role = payload.roles["aggregated"]
-        _refuse_unsupported(role)
         stats = replay_aggregated(role, workload, sink, progress=progress)
         seconds = stats.end_ms / 1000.0
         return ReplayResult(end_ms=stats.end_ms, gpu_seconds={"aggregated": seconds * role.gpus},
                             passes=stats.passes)
-
-
-def _refuse_unsupported(role: RoleArgs) -> None:
-    """Features the replay does not model yet: refuse rather than silently ignore them."""
-    missing = []
-    path = ("engine", "workers", role.worker_type)
-    if role.state_cache is not None:
-        missing.append(Diagnostic(code="engine-feature", path=(*path, "kv_cache", "state_cache"),
-                                  message="state-cache replay is not available in this version; "
-                                  "compile, validate and inspect work"))
-    if role.speculation is not None:
-        missing.append(Diagnostic(code="engine-feature", path=("engine", "speculation"),
-                                  message="speculative-decoding replay is not available in this "
-                                  "version; compile, validate and inspect work"))
-    if missing:
-        raise ReplayError(missing)
 
 
 class DisaggEngine(Engine):

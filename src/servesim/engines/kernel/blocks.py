@@ -163,6 +163,34 @@ class BlockPool:
         self._num_active += 1
         return block
 
+    def fits(self, fresh: int, reuse: Sequence[int] = ()) -> bool:
+        """Whether ``fresh`` new blocks can be taken after referencing ``reuse``.
+
+        The check :meth:`allocate` makes, exposed so a caller can grow several leases
+        (token KV and a state cache) all or nothing.
+        """
+        if fresh <= 0:
+            return True
+        ref = self._ref
+        evictable = len(self._lru) - sum(1 for b in reuse if not ref.get(b, 0))
+        return fresh <= self.num_free + evictable
+
+    def forget(self, block: int, identity: int) -> None:
+        """Withdraw ``block``'s cache identity if it still is ``identity``.
+
+        A block that was evicted (and maybe reused) since is left alone; an inactive block
+        loses its place in the LRU and becomes free; an active one stays with its holder,
+        anonymous, and is freed on release.
+        """
+        if self._hash.get(block) != identity:
+            return
+        del self._hash[block]
+        if self._index.get(identity) == block:
+            del self._index[identity]
+        if block in self._lru:
+            del self._lru[block]
+            self._free.append(block)
+
     def release(self, lease: Lease) -> None:
         """Drop ``lease``'s references, leaf first; the lease is left empty."""
         ref, ident, lru, free = self._ref, self._hash, self._lru, self._free

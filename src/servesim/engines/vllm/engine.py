@@ -92,8 +92,10 @@ class AggregatedReplay:
         self.workload = workload
         self.sink = sink
         self.progress = progress
+        dp = role.attention_data
         self.workers = [
-            Worker(index=w, ranks=[RankScheduler(role, timer) for _ in range(role.attention_data)])
+            Worker(index=w, ranks=[RankScheduler(role, timer, rank_offset=w * dp + r)
+                                   for r in range(dp)])
             for w in range(role.replicas)
         ]
         self.events: EventQueue[_PassEnd | RequestSpec] = EventQueue()
@@ -222,7 +224,7 @@ class AggregatedReplay:
         worker.busy_ms += end - worker.pass_start
         pending, worker.pending = worker.pending, []
         for res in pending:
-            for seq in res.emitted:
+            for seq in res.emitted:  # a speculative burst: one entry per token
                 seq.record.token_times.append(end)
         for res in pending:
             for seq in res.finished:

@@ -13,6 +13,15 @@ A decoded token is appended to the sequence at once but its KV is computed by th
 pass, so a decoding request always has ``length - computed == 1`` ("dangling" token).
 Token times are not known here (a worker's pass ends at its slowest rank); the caller
 stamps the tokens listed in :class:`RankPass` when the pass ends.
+
+Speculative decoding (spec §5.7): before any token is sampled, every ready request
+reserves the blocks of its longest possible burst (preempting on failure); each then
+emits a sampled burst of tokens sharing the pass's timestamp, and the accepted drafts'
+KV counts as computed (one dangling token remains). State cache (spec §5.8, bookkeeping
+in :mod:`servesim.engines.kernel.state`): a request that computes tokens also owns a
+working state from the same pool; prefix reuse resumes only at a boundary with a
+complete state snapshot, and prefill chunks are cut so that checkpoints land on
+aligned boundaries.
 """
 
 from __future__ import annotations
@@ -24,7 +33,9 @@ import attrs
 
 from servesim.engines.kernel.blocks import BlockPool
 from servesim.engines.kernel.requests import RequestRecord, RequestSpec
-from servesim.engines.kernel.tokens import Segment, block_hashes, generated_key
+from servesim.engines.kernel.speculation import BurstSampler
+from servesim.engines.kernel.state import RequestState, StateCache
+from servesim.engines.kernel.tokens import Prompt, Segment, block_hashes, generated_key
 from servesim.errors import Diagnostic, ReplayError
 from servesim.payload import RoleArgs
 from servesim.timing.base import StepTimer
@@ -36,6 +47,21 @@ FINISHED: Final = 2
 _SCHEDULED: Final = 0
 _BLOCKED: Final = 1
 _PREEMPTED_SELF: Final = 2
+
+
+def partial_identity(prompt: Prompt, lo: int, hi: int, previous: int) -> int:
+    """Chained identity of tokens ``[lo, hi)`` (``hi - lo`` shorter than a block)."""
+    span: list[Segment] = []
+    pos = 0
+    for seg in prompt:
+        a, b = max(lo, pos), min(hi, pos + seg.length)
+        if a < b:
+            offset = 0 if seg.repeat else seg.offset + a - pos
+            span.append(Segment(seg.key, b - a, seg.repeat, offset))
+        pos += seg.length
+        if pos >= hi:
+            break
+    return block_hashes(span, hi - lo, previous=previous)[0]
 
 
 @attrs.define(slots=True, eq=False)
@@ -65,6 +91,8 @@ class SeqState:
     pass_tokens: int = 0
     pass_isl: int = -1  # -1: no prefill entry this pass
     pass_prefix: int = 0
+    # State-cache holdings (working state, checkpoints); None without a state cache.
+    state: RequestState | None = None
 
     @property
     def length(self) -> int:
@@ -81,7 +109,8 @@ class RankPass:
 
     prefill_ms: float = 0.0
     decode_ms: float = 0.0
-    emitted: list[SeqState] = attrs.field(factory=list)  # each got exactly one token
+    # One entry per emitted token: a speculative burst lists its request once per token.
+    emitted: list[SeqState] = attrs.field(factory=list)
     finished: list[SeqState] = attrs.field(factory=list)  # completed at the end of the pass
     rejected: list[SeqState] = attrs.field(factory=list)  # terminal at the start of the pass
     progressed: bool = False
@@ -95,7 +124,8 @@ class RankPass:
 class RankScheduler:
     """The vLLM scheduler of one attention-DP rank, with its own block pool."""
 
-    def __init__(self, role: RoleArgs, timer: StepTimer) -> None:
+    def __init__(self, role: RoleArgs, timer: StepTimer, rank_offset: int = 0) -> None:
+        """``rank_offset`` (the rank's global index) offsets the speculation seed."""
         self.role = role
         self.timer = timer
         self.block_size = role.block_size
@@ -107,7 +137,23 @@ class RankScheduler:
         self.lifo = role.preemption_mode == "lifo"
         self.max_model_len = role.max_model_len
         self.total_kv_tokens = role.num_gpu_blocks * role.block_size
-        self.len_cap = self.total_kv_tokens + 1
+        sc = role.state_cache
+        self.state: StateCache | None = None
+        self.state_blocks = 0
+        if sc is not None:
+            self.state = StateCache(self.pool, sc.state_blocks, role.prefix_match_unit)
+            self.state_blocks = sc.state_blocks
+        # Chunks are cut at checkpoint boundaries only where checkpoints are kept.
+        self.align = self.state is not None and self.caching and self.chunked
+        self.unit = role.prefix_match_unit or role.block_size
+        spec = role.speculation
+        # A prefill worker's one token comes out of the prefill forward: no bursts there.
+        self.sampler: BurstSampler | None = None
+        if spec is not None and role.worker_type != "prefill":
+            self.sampler = BurstSampler(spec.acceptance_rates, spec.seed, rank_offset)
+        self.mtp = spec is not None and spec.kind == "mtp"
+        # The working state takes its blocks beside the tokens.
+        self.len_cap = (role.num_gpu_blocks - self.state_blocks) * role.block_size + 1
         if role.max_model_len is not None:
             self.len_cap = min(self.len_cap, role.max_model_len)
         self.waiting: deque[SeqState] = deque()
@@ -135,6 +181,7 @@ class RankScheduler:
             max_output=spec.output_length,
             len_cap=self.len_cap,
             stop_len=min(spec.input_length + spec.output_length, self.len_cap),
+            state=RequestState() if self.state is not None else None,
         )
 
     def submit(self, seq: SeqState) -> None:
@@ -171,7 +218,8 @@ class RankScheduler:
         )
         # Phase A: running requests. A snapshot, because preemption removes members;
         # a preempted one is skipped by its status.
-        pass_id, bs, caching, fast = self._pass_id, self.block_size, self.caching, self.fast_decode
+        pass_id, bs, caching = self._pass_id, self.block_size, self.caching
+        fast = self.fast_decode and self.state is None  # a state write needs _schedule
         budget = self._budget
         for seq in list(self.running):
             if budget <= 0:
@@ -210,6 +258,10 @@ class RankScheduler:
                 # Requests left waiting for capacity let the next pass admit again even
                 # off the prefill cadence.
                 self._prefill_capacity_bound = bool(self.waiting)
+        if self.sampler is not None:
+            before = self._preemptions
+            self._reserve_bursts(scheduled)
+            preempted_any = preempted_any or self._preemptions != before
         if scheduled or out.rejected or preempted_any:
             out.progressed = True
         if self._batch:
@@ -222,13 +274,15 @@ class RankScheduler:
         self, scheduled: list[SeqState], out: RankPass, now: float, defer: bool
     ) -> None:
         waiting, running, pool, bs = self.waiting, self.running, self.pool, self.block_size
+        state_blocks = self.state_blocks
         while waiting and len(running) < self.max_sequences:
             seq = waiting[0]
             if self.max_model_len is not None and seq.prompt_len >= self.max_model_len:
                 self._reject(seq, out)
                 continue
             length = seq.prompt_len + seq.generated
-            total_blocks = -(-length // bs)
+            # A working state (fresh, or a private copy of a restored snapshot) comes along.
+            total_blocks = -(-length // bs) + state_blocks
             if total_blocks > pool.num_blocks:
                 self._reject(seq, out)
                 continue
@@ -255,11 +309,36 @@ class RankScheduler:
         self._ensure_hashes(seq, full)
         hits = self.pool.lookup(seq.hashes, full)
         cached = len(hits) * bs
-        if not seq.generation_complete:
+        needs_token = not seq.generation_complete
+        if needs_token:
             # vLLM recompute rule: a request that still needs logits recomputes at least
             # its last token, so a block-aligned full hit gives back its last block.
             cached = min(cached, (length - 1) // bs * bs)
+            if self.mtp and cached:
+                # The MTP drafter needs the hidden states of the last reused block.
+                cached -= bs
+        if self.state is not None:
+            cached = self._state_hit(seq, length, len(hits), cached, needs_token)
         return cached, hits[: cached // bs]
+
+    def _state_hit(
+        self, seq: SeqState, length: int, hit_blocks: int, token_bound: int, needs_token: bool
+    ) -> int:
+        """Joint hit: the largest checkpoint boundary with token KV and a complete state.
+
+        Token hits alone are never a state hit. A request that needs a token is capped at
+        its logits boundary ``floor((len - 1) / unit) * unit``; with MTP also at the
+        block-reduced token bound (a sparser checkpoint below it is not rewound further).
+        """
+        assert self.state is not None
+        unit = self.unit
+        bound = (length - 1) // unit * unit if needs_token else length
+        if self.mtp and needs_token:
+            bound = min(bound, token_bound)
+        if bound <= 0:
+            return 0
+        return self.state.joint_hit(hit_blocks, bound,
+                                    lambda boundary: self._prefix_identity(seq, boundary))
 
     def _schedule(
         self,
@@ -281,18 +360,26 @@ class RankScheduler:
         desired = min(length - start, self._budget)
         if desired == 0 and length > start:
             return _BLOCKED
+        if self.align:
+            desired = self._aligned_chunk(start, desired, length)
         end = start + desired
         target_blocks = -(-end // self.block_size)
         pool = self.pool
-        while not pool.allocate(seq.lease, target_blocks, reuse):
-            if from_waiting:
-                # Admission already checked the blocks fit; never preempt running work
-                # for a request that is not running yet.
-                return _BLOCKED
-            victim = self._victim()
-            self._preempt(victim)
-            if victim is seq:
-                return _PREEMPTED_SELF
+        if self.state is None:
+            while not pool.allocate(seq.lease, target_blocks, reuse):
+                if from_waiting:
+                    # Admission already checked the blocks fit; never preempt running work
+                    # for a request that is not running yet.
+                    return _BLOCKED
+                victim = self._victim()
+                self._preempt(victim)
+                if victim is seq:
+                    return _PREEMPTED_SELF
+        else:
+            outcome = self._allocate_with_state(seq, target_blocks, reuse, desired > 0,
+                                                from_waiting)
+            if outcome != _SCHEDULED:
+                return outcome
         seq.num_computed = end
         if self.caching:
             self._publish(seq, end // self.block_size)
@@ -324,6 +411,100 @@ class RankScheduler:
         scheduled.append(seq)
         return _SCHEDULED
 
+    def _aligned_chunk(self, start: int, desired: int, length: int) -> int:
+        """Cut a chunk so that the step ends on a checkpoint boundary (spec §5.8).
+
+        The chunk that completes the sequence first stops at its last unit boundary (so a
+        checkpoint lands there) and the final partial unit follows in the next step; a
+        chunk cut short by the token budget ends on a block boundary, else on a unit
+        boundary, else (the budget holds less than one unit) where the budget ends.
+        """
+        end = start + desired
+        unit = self.unit
+        if end == length:
+            cut = length // unit * unit
+            return cut - start if start < cut < length else desired
+        for step in (self.block_size, unit):
+            cut = end // step * step
+            if cut > start:
+                return cut - start
+        return desired
+
+    def _allocate_with_state(
+        self, seq: SeqState, target_blocks: int, reuse: list[int] | tuple[()], writes: bool,
+        from_waiting: bool,
+    ) -> int:
+        """Grow the token lease and make the working state writable, all or nothing."""
+        state, pool, rs = self.state, self.pool, seq.state
+        assert state is not None and rs is not None
+        while True:
+            extra, preserve = state.write_cost(rs, target_blocks) if writes else (0, False)
+            fresh = target_blocks - len(seq.lease) - len(reuse)
+            if pool.fits(max(fresh, 0) + extra, reuse):
+                ok = pool.allocate(seq.lease, target_blocks, reuse)
+                assert ok
+                if writes:
+                    state.begin_write(rs, preserve)
+                return _SCHEDULED
+            if from_waiting:
+                return _BLOCKED
+            victim = self._victim()
+            self._preempt(victim)
+            if victim is seq:
+                return _PREEMPTED_SELF
+
+    def _reserve_bursts(self, scheduled: list[SeqState]) -> None:
+        """Reserve blocks for every ready request's longest burst before sampling.
+
+        A burst of ``k`` tokens leaves ``len + k - 1`` tokens computed and the next step
+        computes one more, so a request reserves ``len + nextn + 1`` tokens, never beyond
+        the last token that ever needs KV (``stop_len - 1``). A failure preempts (LIFO
+        or FIFO) until the reservation fits or the request itself was preempted.
+        """
+        assert self.sampler is not None
+        pool, bs, pass_id = self.pool, self.block_size, self._pass_id
+        widest = self.sampler.num_speculative_tokens + 1
+        for seq in scheduled:
+            if seq.pass_id != pass_id or seq.status != RUNNING:
+                continue
+            length = seq.prompt_len + seq.generated
+            if seq.num_computed != length or length >= seq.stop_len:
+                continue
+            tokens = min(length + widest, seq.stop_len - 1)
+            target = -(-tokens // bs)
+            lease = seq.lease
+            while len(lease) < target and not pool.allocate(lease, target):
+                victim = self._victim()
+                self._preempt(victim)
+                if victim is seq:
+                    break
+
+    def _segments(self, seq: SeqState) -> Prompt:
+        """The request's tokens: its prompt, then its generated output."""
+        prompt = seq.spec.prompt
+        if seq.generated:
+            prompt = (*prompt, Segment(generated_key(seq.spec.request_id), seq.generated, False))
+        return prompt
+
+    def _prefix_identity(self, seq: SeqState, tokens: int) -> int:
+        """Identity of the first ``tokens`` tokens (a block chain hash when block-aligned)."""
+        bs = self.block_size
+        full = tokens // bs
+        self._ensure_hashes(seq, full)
+        previous = seq.hashes[full - 1] if full else 0
+        if tokens == full * bs:
+            return previous
+        return partial_identity(self._segments(seq), full * bs, tokens, previous)
+
+    def _end_state_step(self, seq: SeqState) -> None:
+        """The pass wrote ``seq``'s working state: publish or release its checkpoints."""
+        assert self.state is not None and seq.state is not None
+        computed = seq.num_computed
+        ident = None
+        if self.caching and computed % self.unit == 0 and computed > 0:
+            ident = self._prefix_identity(seq, computed)
+        self.state.end_step(seq.state, computed, ident)
+
     def _publish(self, seq: SeqState, full: int) -> None:
         """Blocks completed by this step become cache-visible now, also to later requests
         of the same pass (vLLM ``allocate_slots`` semantics)."""
@@ -348,6 +529,8 @@ class RankScheduler:
                 self._prefix -= victim.pass_prefix
             victim.pass_id = -1
         self.pool.release(victim.lease)
+        if self.state is not None and victim.state is not None:
+            self.state.release(victim.state, done=False)
         victim.num_published = 0
         victim.num_computed = 0
         victim.status = WAITING
@@ -356,6 +539,9 @@ class RankScheduler:
         self._preemptions += 1
 
     def _emit_ready_tokens(self, scheduled: list[SeqState], out: RankPass) -> None:
+        if self.state is not None or self.sampler is not None:
+            self._emit_general(scheduled, out)
+            return
         ready: list[SeqState] = []
         active = 0
         pass_id = self._pass_id
@@ -380,9 +566,56 @@ class RankScheduler:
                 if seq.prompt_len + g >= seq.stop_len:
                     self._finish(seq, out)
 
+    def _emit_general(self, scheduled: list[SeqState], out: RankPass) -> None:
+        """:meth:`_emit_ready_tokens` with speculative bursts and state-cache steps."""
+        ready: list[SeqState] = []
+        active = 0
+        pass_id = self._pass_id
+        stateful = self.state is not None
+        for seq in scheduled:
+            if seq.pass_id != pass_id or seq.status != RUNNING:
+                continue  # preempted after being scheduled
+            length = seq.prompt_len + seq.generated
+            if seq.num_computed != length:
+                if stateful and seq.pass_tokens:
+                    self._end_state_step(seq)  # mid-prefill chunk
+                continue
+            if length >= seq.stop_len:
+                if stateful and seq.pass_tokens:
+                    self._end_state_step(seq)
+                self._finish(seq, out)  # e.g. zero-output: terminal without a token
+            else:
+                ready.append(seq)
+                active += length
+        if not ready:
+            return
+        n = len(ready)
+        out.decode_ms = self.timer.decode_ms(n, active, active // n, self.total_kv_tokens)
+        sampler, caching, bs = self.sampler, self.caching, self.block_size
+        emitted: list[SeqState] = []
+        for seq in ready:
+            length = seq.prompt_len + seq.generated
+            burst = 1 if sampler is None else sampler.sample(seq.stop_len - length)
+            seq.generated += burst
+            if burst > 1:
+                # The accepted drafts were verified in this forward: their KV exists.
+                seq.num_computed = length + burst - 1
+                if caching:
+                    self._publish(seq, seq.num_computed // bs)
+                emitted.extend([seq] * burst)
+            else:
+                emitted.append(seq)
+            if stateful and seq.pass_tokens:
+                self._end_state_step(seq)
+            if length + burst >= seq.stop_len:
+                self._finish(seq, out)
+        out.emitted = emitted
+
     def _finish(self, seq: SeqState, out: RankPass) -> None:
         del self.running[seq]
         self.pool.release(seq.lease)
+        if self.state is not None and seq.state is not None:
+            self.state.release(seq.state, done=True)
         seq.num_published = 0
         seq.status = FINISHED
         out.finished.append(seq)
