@@ -9,6 +9,7 @@ delete or duplicate lines). The property: the result is a :class:`Payload`, or a
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import types
@@ -19,14 +20,18 @@ import attrs
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from rich.console import Console
 
 from servesim import catalog
-from servesim.compiler import STAGES, SourceText, compile_source
+from servesim.cli import stage_to_data
+from servesim.compiler import SourceText, compile_source
 from servesim.compiler.model.parsed import Engine, ParsedConfig, Traffic, Worker
+from servesim.compiler.model.resolved import ResolvedConfig
 from servesim.compiler.source import tomllib
 from servesim.errors import ServesimError
-from servesim.payload import Payload
+from servesim.payload import Payload, dump_payload, load_payload
 from servesim.plugins.manager import EngineRegistry, get_plugin_manager
+from servesim.render import resolved_tree
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "configs"
 EXAMPLE_FILES = sorted(EXAMPLES.glob("*.toml"))
@@ -192,18 +197,25 @@ DOCUMENTS = st.one_of(_deployments(), _table(ParsedConfig, wild=False),
 
 
 def check(text: str, base_dir: Path | None = None) -> None:
-    """The property: a payload or diagnostics, for every stop_after stage."""
-    for stage in (STAGES[-1], STAGES[0]):
-        source = SourceText(text=text, name="fuzz.toml", base_dir=base_dir)
-        try:
-            result = compile_source(source, registry=REGISTRY, stop_after=stage)
-        except ServesimError as exc:
-            assert exc.diagnostics, "a ServesimError must carry at least one diagnostic"
-            for d in exc.diagnostics:
-                assert isinstance(d.render(), str) and d.code and d.message
-            return
-        if stage == "lower":
-            assert isinstance(result, Payload)
+    """The property: a payload or diagnostics; every stage's artifact can be shown and the
+    payload survives its JSON round trip."""
+    artifacts: list[Any] = []
+    source = SourceText(text=text, name="fuzz.toml", base_dir=base_dir)
+    try:
+        payload = compile_source(source, registry=REGISTRY,
+                                 on_stage=lambda _stage, a: artifacts.append(a))
+    except ServesimError as exc:
+        assert exc.diagnostics, "a ServesimError must carry at least one diagnostic"
+        for d in exc.diagnostics:
+            assert isinstance(d.render(), str) and d.code and d.message
+        payload = None
+    for artifact in artifacts:
+        json.dumps(stage_to_data(artifact))
+        if isinstance(artifact, ResolvedConfig):
+            Console(file=io.StringIO(), width=100).print(resolved_tree(artifact))
+    if payload is not None:
+        assert isinstance(payload, Payload)
+        assert load_payload(json.loads(dump_payload(payload))) == payload
 
 
 @FUZZ
