@@ -432,9 +432,10 @@ def _workload(rec: _Recorder, t: Traffic | None, base_dir: PathLike | None) -> d
         count_key = "sessions" if stype == "synthetic-session" else "requests"
         absolute, relative = getattr(stop, count_key), getattr(stop, f"{count_key}_per_load_unit")
         if relative is not None and absolute is None:
-            resolved_stop[count_key] = max(1, math.ceil(relative * unit))
+            # round, not ceil: 0.07 x 100 is 7.000000000000001 in floating point
+            resolved_stop[count_key] = max(1, round(relative * unit))
             rec.note((*stp, count_key), "derived",
-                     f"ceil({relative} x {unit}) ({count_key}_per_load_unit x load unit)")
+                     f"max(1, round({relative} x {unit})) ({count_key}_per_load_unit x load unit)")
         else:
             resolved_stop[count_key] = rec.pick((*stp, count_key), absolute, 100)
     return {"source": source, "load": resolved_load, "stop": resolved_stop}
