@@ -108,7 +108,8 @@ def resolve_geometry(cfg: ParsedConfig, ctx: CompileContext) -> ResolvedConfig:
                       hw_name, catalog.load_gpu)
         if model is None or gpu is None:
             continue
-        role, meta = _resolve_role(rec, name, worker, e, backend, model, gpu, speculation, path)
+        role, meta = _resolve_role(rec, name, worker, e, backend, model, gpu, speculation, path,
+                                   ctx.base_dir)
         if role is not None:
             roles[name] = role
             metadata[name] = meta
@@ -170,6 +171,7 @@ def mtp_acceptance_rates(nextn: int, accepted: float) -> tuple[float, ...]:
 def _resolve_role(rec: _Recorder, name: str, w: Worker, e: Engine, backend: Backend,
                   model: catalog.ModelInfo, gpu: catalog.GpuSpec,
                   speculation: SpeculationArgs | None, path: Path,
+                  base_dir: PathLike | None = None,
                   ) -> tuple[RoleArgs | None, dict[str, Any]]:
     par = w.parallelism or Parallelism()
     pp: Path = (*path, "parallelism")
@@ -306,8 +308,12 @@ def _resolve_role(rec: _Recorder, name: str, w: Worker, e: Engine, backend: Back
     if speculation is None:
         rec.note(("engine", "speculation"), "defaulted", "no speculative decoding")
     t = w.timing or Timing()
+    table = t.path
+    if table is not None and base_dir is not None and not PathLike(table).is_absolute():
+        table = str(base_dir / table)  # like a trace path: relative to the config's folder
+        rec.note((*path, "timing", "path"), "derived", f"{t.path} relative to the config's folder")
     timing = TimingArgs(type=rec.pick((*path, "timing", "type"), t.type, "default"),
-                        prefill_ms=t.prefill_ms, decode_ms=t.decode_ms, path=t.path)
+                        prefill_ms=t.prefill_ms, decode_ms=t.decode_ms, path=table)
     startup = rec.pick((*path, "startup_seconds"), w.startup_seconds, 0.0)
     role = RoleArgs(
         worker_type=name,  # type: ignore[arg-type]
