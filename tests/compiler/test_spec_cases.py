@@ -9,6 +9,8 @@ the catalog (DeepSeek V4) are unknown models with the closest names.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import attrs
 import pytest
 
@@ -680,3 +682,77 @@ def test_k3_disaggregated_unit_is_checked_per_role(speculation: str) -> None:
     assert (role(payload, "prefill").prefix_match_unit,
             role(payload, "decode").prefix_match_unit) == (768, 1472)
 
+
+
+# --- traffic (V49-V53) and paths relative to the config ----------------------------------------
+
+TRACE = '[traffic.source]\ntype = "trace"\npaths = ["t.jsonl"]\n'
+
+
+@pytest.mark.parametrize(("traffic", "expected"), [
+    (TRACE + '[traffic.load]\ntype = "poisson"\nrequests_per_second = 1.0\n', [
+        "traffic.load.type: trace load must be trace_timestamps or concurrency "
+        "[traffic-load]"]),
+    (TRACE + "[traffic.stop]\nrequests = 3\n", [
+        "traffic.stop.requests: trace stop accepts only max_virtual_time_seconds "
+        "[traffic-stop]"]),
+    ('[traffic.source]\ntype = "trace"\npaths = ["a", "b"]\n', [
+        "traffic.source.paths: mooncake traces take exactly one path, got 2 [traffic-key]"]),
+    ('[traffic.load]\ntype = "trace_timestamps"\n', [
+        "traffic.load.type: synthetic source rejects trace_timestamps load; use concurrency, "
+        "poisson or constant_rate [traffic-load]"]),
+    ('[traffic.source]\ntype = "synthetic-session"\n[traffic.load]\ntype = "poisson"\n'
+     "requests_per_second = 1.0\n", [
+         "traffic.load.requests_per_second: rate unit does not match source type "
+         "'synthetic-session'; use sessions_per_second [traffic-load]"]),
+    ('[traffic.load]\ntype = "constant_rate"\n', [
+        "traffic.load.requests_per_second: constant_rate load requires requests_per_second "
+        "[traffic-load]"]),
+    ("[traffic.load]\nspeedup = 2.0\n", [
+        "traffic.load.speedup: load type 'concurrency' does not accept speedup [traffic-key]"]),
+    ("[traffic.stop]\nrequests = 1\nrequests_per_load_unit = 2.0\n", [
+        "traffic.stop: set exactly one count condition, got requests, requests_per_load_unit "
+        "[traffic-stop]"]),
+    ("[traffic.stop]\nmax_virtual_time_seconds = 3.0\n", [
+        "traffic.stop.max_virtual_time_seconds: max_virtual_time_seconds is trace-only "
+        "[traffic-stop]",
+        "traffic.stop: synthetic traffic needs exactly one count condition (requests or "
+        "requests_per_load_unit) [traffic-stop]"]),
+    ('[traffic.source]\ntype = "synthetic-session"\nsession = { shared_prefix_ratio = 0.5 }\n', [
+        "traffic.source.session.prefix_groups: shared_prefix_ratio > 0 requires prefix_groups "
+        "> 0 [traffic-value]"]),
+    ("[traffic.source]\ncached_prefix_tokens = 1025\n", [
+        "traffic.source.cached_prefix_tokens: cached_prefix_tokens must be <= input_tokens "
+        "(1024), got 1025 [traffic-value]"]),
+    ("[evaluation.sla]\ne2e_ms = 1.0\nttft_ms = 2.0\n", [
+        "evaluation.sla.e2e_ms: e2e_ms is mutually exclusive with ttft_ms and itl_ms "
+        "[sla-exclusive]"]),
+], ids=["trace-poisson", "trace-request-stop", "two-traces", "synthetic-timestamps",
+        "session-rate-unit", "missing-rate", "concurrency-speedup", "two-stops",
+        "synthetic-time-stop", "prefix-groups", "cached-prefix", "sla"])
+def test_traffic_rules(traffic: str, expected: list[str]) -> None:
+    assert errors(QWEN + AGG + traffic) == expected
+
+
+@pytest.mark.parametrize(("load", "per_unit", "count"), [
+    ("concurrency = 100", 0.07, 7),  # 0.07 x 100 = 7.000000000000001 in floating point
+    ("concurrency = 10", 0.3, 3),
+    ("concurrency = 4", 0.1, 1),  # never fewer than one
+    ('type = "poisson"\nrequests_per_second = 2.5', 3.0, 8),  # 7.5 rounds half to even
+])
+def test_relative_stop_rounds(load: str, per_unit: float, count: int) -> None:
+    payload = compile_ok(QWEN + AGG + f"[traffic.load]\n{load}\n"
+                         f"[traffic.stop]\nrequests_per_load_unit = {per_unit}\n")
+    assert payload.workload["stop"] == {"requests": count}
+
+
+def test_relative_paths_resolve_against_the_config_folder(tmp_path: Path) -> None:
+    text = QWEN + '[engine.workers.aggregated.timing]\ntype = "table"\npath = "t.csv"\n' \
+        + TRACE + '[traffic.load]\ntype = "trace_timestamps"\n'
+    payload = compile_text(text, base_dir=tmp_path, registry=REGISTRY)
+    assert role(payload).timing.path == str(tmp_path / "t.csv")
+    assert payload.workload["source"]["path"] == str(tmp_path / "t.jsonl")
+    # without a folder (text compiled in memory) they stay as written
+    payload = compile_ok(text)
+    assert role(payload).timing.path == "t.csv"
+    assert payload.workload["source"]["path"] == "t.jsonl"
