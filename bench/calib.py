@@ -92,14 +92,13 @@ def _int(value: str, default: int = 1) -> int:
 
 
 def _concurrency(raw: dict[str, str]) -> int:
-    m = re.search(r"silicon_concurrency=(\d+)", raw.get("silicon_data_source", ""))
-    if m:
-        return int(m.group(1))
-    m = re.search(r"_c(\d+)_", raw["id"])
-    if m:
-        return int(m.group(1))
+    """Client concurrency of one worker: ``batch_size`` per attention-DP rank times the
+    ranks (the ids of replicated deployments name the total over all replicas)."""
     bs = _int(raw.get("batch_size", ""), 0)
-    return bs * _int(raw.get("attention_dp_size", ""))
+    if bs:
+        return bs * _int(raw.get("attention_dp_size", ""))
+    m = re.search(r"silicon_concurrency=(\d+)", raw.get("silicon_data_source", ""))
+    return int(m.group(1)) if m else 0
 
 
 def load_rows(path: Path = DATA) -> list[Row]:

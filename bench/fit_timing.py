@@ -43,7 +43,7 @@ BOUNDS = {
     "gemm_scale": (0.3, 1.25), "moe_scale": (0.1, 1.6), "mem_scale": (0.4, 1.15),
     "attn_scale": (0.2, 1.3), "kv_scale": (0.3, 1.5), "allreduce_us": (2.0, 60.0),
     "step_ms": (0.05, 20.0), "layer_us": (1.0, 200.0), "decode_req_us": (0.5, 200.0),
-    "prefill_req_ms": (0.05, 50.0), "prefill_layer_us": (1.0, 500.0),
+    "prefill_req_ms": (0.05, 20.0), "prefill_layer_us": (1.0, 200.0),
 }
 
 
@@ -57,7 +57,7 @@ def _get(c: AnalyticalConstants, key: str) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dry-run", action="store_true", help="do not rewrite the JSON")
-    ap.add_argument("--ttft-weight", type=float, default=0.3)
+    ap.add_argument("--ttft-weight", type=float, default=0.2)
     ap.add_argument("--rounds", type=int, default=12)
     args = ap.parse_args()
 
