@@ -15,13 +15,23 @@ from typing import Any, Literal
 
 import attrs
 
-U64_MAX = 2**64 - 1
-BIG = 2**53  # largest integer every JSON reader represents exactly
-
-
-def limits(lo: float | None = None, hi: float | None = None, *, lo_open: bool = False) -> Any:
-    """An optional field with numeric bounds, checked by the parse pass."""
-    return attrs.field(default=None, metadata={"lo": lo, "hi": hi, "lo_open": lo_open})
+from servesim.limits import (
+    BIG,
+    BLOCK_SIZE,
+    BLOCKS,
+    BYTES_PER_TOKEN,
+    CONCURRENCY,
+    CONTEXT,
+    COUNT,
+    PARALLEL,
+    REPLICAS,
+    SCHEDULER,
+    SECONDS,
+    STEP_MS,
+    TOKENS,
+    U64_MAX,
+)
+from servesim.limits import bounded as limits
 
 
 def positive(hi: float = BIG) -> Any:
@@ -40,20 +50,20 @@ QuantMode = Literal["auto", "bfloat16", "float16", "fp8", "fp8_block", "nvfp4", 
 
 @attrs.frozen
 class Parallelism:
-    replicas: int | None = positive(4096)
-    tensor: int | None = positive(1024)
-    pipeline: int | None = positive(1024)
-    attention_data: int | None = positive(1024)
-    moe_tensor: int | None = positive(1024)
-    moe_expert: int | None = positive(1024)
+    replicas: int | None = positive(REPLICAS)
+    tensor: int | None = positive(PARALLEL)
+    pipeline: int | None = positive(PARALLEL)
+    attention_data: int | None = positive(PARALLEL)
+    moe_tensor: int | None = positive(PARALLEL)
+    moe_expert: int | None = positive(PARALLEL)
 
 
 @attrs.frozen
 class Scheduler:
-    max_batched_tokens: int | None = positive(2**31)
-    max_sequences: int | None = positive(2**31)
-    prefill_schedule_interval: int | None = positive(2**31)
-    prefill_decode_interval: int | None = nonneg(2**31)
+    max_batched_tokens: int | None = positive(SCHEDULER)
+    max_sequences: int | None = positive(SCHEDULER)
+    prefill_schedule_interval: int | None = positive(SCHEDULER)
+    prefill_decode_interval: int | None = nonneg(SCHEDULER)
 
 
 @attrs.frozen
@@ -61,7 +71,7 @@ class Capacity:
     type: Literal["default", "fixed"] | None = None
     memory_fraction: float | None = limits(0.0, 1.0, lo_open=True)
     cuda_graph_reserved_bytes: int | None = nonneg(BIG)
-    blocks: int | None = positive(2**40)
+    blocks: int | None = positive(BLOCKS)
     bytes: int | None = positive(U64_MAX)
 
 
@@ -75,12 +85,12 @@ class StateCache:
 
 @attrs.frozen
 class KvCache:
-    block_size: int | None = positive(2**20)
+    block_size: int | None = positive(BLOCK_SIZE)
     prefix_caching: bool | None = None
-    bytes_per_token: int | Auto | None = positive(2**40)
+    bytes_per_token: int | Auto | None = positive(BYTES_PER_TOKEN)
     capacity: Capacity | None = None
     state_cache: StateCache | None = None
-    prefix_match_unit: int | None = positive(2**20)
+    prefix_match_unit: int | None = positive(BLOCK_SIZE)
     host_offload: dict[str, Any] | None = None  # not supported: diagnosed by the parse pass
     g3_offload: dict[str, Any] | None = None  # not supported: diagnosed by the parse pass
 
@@ -96,7 +106,7 @@ class Timing:
 @attrs.frozen
 class Worker:
     hardware: str | None = None
-    startup_seconds: float | None = nonneg(1e9)
+    startup_seconds: float | None = nonneg(SECONDS)
     parallelism: Parallelism | None = None
     scheduler: Scheduler | None = None
     kv_cache: KvCache | None = None
@@ -112,7 +122,7 @@ class Workers:
 
 @attrs.frozen
 class KvTransfer:
-    bytes_per_token: int | Auto | None = positive(2**40)
+    bytes_per_token: int | Auto | None = positive(BYTES_PER_TOKEN)
     bandwidth_gb_per_second: float | None = limits(0.0, 1e9, lo_open=True)
     timing_mode: Literal["destination_missing", "full_prompt"] | None = None
 
@@ -133,7 +143,7 @@ class Engine:
     mode: Literal["aggregated", "disaggregated", "afd"] | None = None
     backend: Backend | None = None
     backend_version: str | None = None
-    context_length: int | Max | None = positive(2**31)
+    context_length: int | Max | None = positive(CONTEXT)
     kv_transfer: KvTransfer | None = None
     speculation: Speculation | None = None
     nextn: int | None = limits(0, 5)
@@ -148,7 +158,7 @@ class Engine:
 class Session:
     turns: int | None = limits(2, 10_000)
     shared_prefix_ratio: float | None = limits(0.0, 1.0)
-    prefix_groups: int | None = nonneg(2**31)
+    prefix_groups: int | None = nonneg(COUNT)
     inter_turn_delay_ms: float | None = nonneg(1e12)
 
 
@@ -169,7 +179,7 @@ class Source:
 @attrs.frozen
 class Load:
     type: Literal["concurrency", "poisson", "constant_rate", "trace_timestamps"] | None = None
-    concurrency: int | None = positive(2**20)
+    concurrency: int | None = positive(CONCURRENCY)
     requests_per_second: float | None = limits(0.0, 1e7, lo_open=True)
     sessions_per_second: float | None = limits(0.0, 1e7, lo_open=True)
     seed: int | None = nonneg(U64_MAX)
@@ -178,9 +188,9 @@ class Load:
 
 @attrs.frozen
 class Stop:
-    requests: int | None = positive(2**31)
+    requests: int | None = positive(COUNT)
     requests_per_load_unit: float | None = limits(0.0, 1e9, lo_open=True)
-    sessions: int | None = positive(2**31)
+    sessions: int | None = positive(COUNT)
     sessions_per_load_unit: float | None = limits(0.0, 1e9, lo_open=True)
     max_virtual_time_seconds: float | None = limits(0.0, 1e9, lo_open=True)
 
