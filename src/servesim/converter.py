@@ -269,23 +269,32 @@ def check_limits(obj: Any, root: Path = ()) -> list[Diagnostic]:
     for f in attrs.fields(type(obj)):
         value = getattr(obj, f.name)
         path = (*root, f.name)
-        if value is None:
-            continue
         if attrs.has(type(value)):
             out.extend(check_limits(value, path))
+        else:
+            out.extend(check_limits_of_field(f, value, path))
+    return out
+
+
+def check_limits_of_field(f: Any, value: Any, path: Path) -> list[Diagnostic]:
+    """Bounds of one field's value (each item of a list or tuple)."""
+    lo, hi = f.metadata.get("lo"), f.metadata.get("hi")
+    if value is None or (lo is None and hi is None):
+        return []
+    out = []
+    items = list(enumerate(value)) if isinstance(value, (list, tuple)) else [(None, value)]
+    for idx, v in items:
+        if isinstance(v, (str, bool)) or not isinstance(v, (int, float)):
             continue
-        lo, hi = f.metadata.get("lo"), f.metadata.get("hi")
-        if lo is None and hi is None:
+        p = path if idx is None else (*path, idx)
+        if isinstance(v, float) and not math.isfinite(v):
+            out.append(Diagnostic(code="not-finite", message=f"expected a finite number, got {v}",
+                                  path=p))
             continue
-        items = list(enumerate(value)) if isinstance(value, list) else [(None, value)]
-        for idx, v in items:
-            if isinstance(v, (str, bool)) or not isinstance(v, (int, float)):
-                continue
-            p = path if idx is None else (*path, idx)
-            bad_lo = lo is not None and (v <= lo if f.metadata.get("lo_open") else v < lo)
-            if bad_lo or (hi is not None and v > hi):
-                out.append(Diagnostic(code="out-of-range", message=_range_message(f.metadata, v),
-                                      path=p))
+        bad_lo = lo is not None and (v <= lo if f.metadata.get("lo_open") else v < lo)
+        if bad_lo or (hi is not None and v > hi):
+            out.append(Diagnostic(code="out-of-range", message=_range_message(f.metadata, v),
+                                  path=p))
     return out
 
 

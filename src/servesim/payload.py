@@ -16,6 +16,9 @@ from typing import Any, Literal
 
 import attrs
 
+from servesim import limits as L
+from servesim.limits import bounded
+
 SCHEMA_VERSION = 1
 
 Role = Literal["aggregated", "prefill", "decode"]
@@ -27,8 +30,8 @@ class TimingArgs:
     """Step-time provider of a role: ``fixed``, ``polynomial``, ``default``, ``table``."""
 
     type: str = "default"
-    prefill_ms: float | None = None
-    decode_ms: float | None = None
+    prefill_ms: float | None = bounded(0, L.STEP_MS)
+    decode_ms: float | None = bounded(0, L.STEP_MS)
     path: str | None = None  # table timing: CSV file
 
 
@@ -37,18 +40,18 @@ class SpeculationArgs:
     """Canonical speculative decoding; legacy ``nextn`` lowers to ``kind = "mtp"``."""
 
     kind: Literal["mtp", "ngram"]
-    num_speculative_tokens: int
-    acceptance_rates: tuple[float, ...]
-    seed: int = 42
+    num_speculative_tokens: int = attrs.field(metadata={"lo": 1, "hi": 5})
+    acceptance_rates: tuple[float, ...] = attrs.field(metadata={"lo": 0.0, "hi": 1.0})
+    seed: int = bounded(0, L.U64_MAX, default=42)
 
 
 @attrs.frozen
 class StateCacheArgs:
     """Per-request recurrent state held in the same block pool as token KV."""
 
-    bytes_per_request: int
-    state_blocks: int
-    allocated_bytes_per_request: int
+    bytes_per_request: int = attrs.field(metadata={"lo": 1, "hi": L.U64_MAX})
+    state_blocks: int = attrs.field(metadata={"lo": 1, "hi": L.BLOCKS})
+    allocated_bytes_per_request: int = attrs.field(metadata={"lo": 1, "hi": 2**128})
     source: Literal["overridden", "inferred"] = "overridden"
     raw_bytes_per_request: int | None = None
 
@@ -62,31 +65,31 @@ class RoleArgs:
     model: str
     hardware: str
     # parallelism
-    replicas: int = 1
-    tensor: int = 1
-    pipeline: int = 1
-    attention_data: int = 1
-    moe_tensor: int = 1
-    moe_expert: int = 1
+    replicas: int = bounded(1, L.REPLICAS, default=1)
+    tensor: int = bounded(1, L.PARALLEL, default=1)
+    pipeline: int = bounded(1, L.PARALLEL, default=1)
+    attention_data: int = bounded(1, L.PARALLEL, default=1)
+    moe_tensor: int = bounded(1, L.PARALLEL, default=1)
+    moe_expert: int = bounded(1, L.PARALLEL, default=1)
     # scheduler
-    max_batched_tokens: int = 8192
-    max_sequences: int = 256
-    prefill_schedule_interval: int = 1
-    prefill_decode_interval: int = 0
+    max_batched_tokens: int = bounded(1, L.SCHEDULER, default=8192)
+    max_sequences: int = bounded(1, L.SCHEDULER, default=256)
+    prefill_schedule_interval: int = bounded(1, L.SCHEDULER, default=1)
+    prefill_decode_interval: int = bounded(0, L.SCHEDULER, default=0)
     enable_chunked_prefill: bool = True
     preemption_mode: Literal["lifo", "fifo"] = "lifo"
     # KV cache (per attention-DP rank, per TP shard)
-    block_size: int = 64
+    block_size: int = bounded(1, L.BLOCK_SIZE, default=64)
     prefix_caching: bool = True
-    kv_bytes_per_token: int = 0
-    num_gpu_blocks: int = 16384
-    max_model_len: int | None = None
-    prefix_match_unit: int | None = None
+    kv_bytes_per_token: int = bounded(1, L.BYTES_PER_TOKEN, default=1)
+    num_gpu_blocks: int = bounded(1, L.BLOCKS, default=16384)
+    max_model_len: int | None = bounded(1, L.CONTEXT)
+    prefix_match_unit: int | None = bounded(1, L.BLOCK_SIZE)
     state_cache: StateCacheArgs | None = None
     # timing and decoding
     timing: TimingArgs = attrs.field(factory=TimingArgs)
     speculation: SpeculationArgs | None = None
-    startup_seconds: float = 0.0
+    startup_seconds: float = bounded(0, L.SECONDS, default=0.0)
 
     @property
     def gpus_per_worker(self) -> int:
@@ -101,10 +104,10 @@ class RoleArgs:
 class KvTransferArgs:
     """P/D KV transfer: delay = (tokens * bytes_per_token + state_bytes) / bandwidth."""
 
-    bytes_per_token: int
-    bandwidth_gb_per_second: float | None = None
+    bytes_per_token: int = attrs.field(metadata={"lo": 1, "hi": L.BYTES_PER_TOKEN})
+    bandwidth_gb_per_second: float | None = bounded(0, 1e9, lo_open=True)
     timing_mode: Literal["destination_missing", "full_prompt"] = "destination_missing"
-    state_bytes: int = 0
+    state_bytes: int = bounded(0, L.U64_MAX, default=0)
 
 
 @attrs.frozen

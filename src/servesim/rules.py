@@ -17,8 +17,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Mapping
 
+import attrs
+
+from servesim.converter import check_limits, check_limits_of_field
 from servesim.errors import Diagnostic, Path
-from servesim.payload import KvTransferArgs, RoleArgs
+from servesim.payload import KvTransferArgs, RoleArgs, role_field_path
 
 RoleRule = Callable[[RoleArgs, Path], Iterator[Diagnostic]]
 
@@ -31,24 +34,18 @@ def role_path(role: str) -> Path:
     return ("engine", "workers", role)
 
 
-def positive_limits(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
-    """Engine invariants (spec V55): sizes and limits are positive."""
-    for section, key in (("kv_cache", "num_gpu_blocks"), ("kv_cache", "block_size"),
-                         ("kv_cache", "bytes_per_token"), ("scheduler", "max_sequences"),
-                         ("scheduler", "max_batched_tokens"),
-                         ("scheduler", "prefill_schedule_interval"),
-                         ("parallelism", "replicas"), ("parallelism", "tensor"),
-                         ("parallelism", "pipeline"), ("parallelism", "attention_data")):
-        attr = "kv_bytes_per_token" if key == "bytes_per_token" else key
-        value = getattr(r, attr)
-        if value < 1:
-            yield _d("not-positive", (*path, section, key), f"must be positive, got {value}")
-    if r.max_model_len is not None and r.max_model_len < 1:
-        yield _d("not-positive", ("engine", "context_length"),
-                 f"must be positive, got {r.max_model_len}")
-    if r.prefill_decode_interval < 0:
-        yield _d("negative", (*path, "scheduler", "prefill_decode_interval"),
-                 f"must be >= 0, got {r.prefill_decode_interval}")
+def value_limits(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
+    """Every numeric value within its bounds (:mod:`servesim.limits`, spec V55)."""
+    role = path[-1]
+    for f in attrs.fields(RoleArgs):
+        value = getattr(r, f.name)
+        key_path = role_field_path(str(role), f.name)
+        if attrs.has(type(value)):
+            found = check_limits(value, key_path)
+        else:
+            found = check_limits_of_field(f, value, key_path)
+        for d in found:
+            yield attrs.evolve(d, stage="validate")
 
 
 def backend_fields(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
@@ -168,7 +165,7 @@ def speculation(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
 
 
 ROLE_RULES: tuple[RoleRule, ...] = (
-    positive_limits, backend_fields, timing_values, state_cache_geometry, prefix_match_unit,
+    value_limits, backend_fields, timing_values, state_cache_geometry, prefix_match_unit,
     speculation,
 )
 
@@ -216,14 +213,5 @@ def _pd_rules(prefill: RoleArgs, decode: RoleArgs,
         yield _d("pd-state-cache", (*role_path(missing), "kv_cache", "state_cache"),
                  "a disaggregated state_cache requires it on both prefill and decode workers")
     if kv_transfer is not None:
-        tp = ("engine", "kv_transfer")
-        if kv_transfer.bytes_per_token < 1:
-            yield _d("not-positive", (*tp, "bytes_per_token"),
-                     f"must be positive, got {kv_transfer.bytes_per_token}")
-        bw = kv_transfer.bandwidth_gb_per_second
-        if bw is not None and not (math.isfinite(bw) and bw > 0):
-            yield _d("not-positive", (*tp, "bandwidth_gb_per_second"),
-                     f"must be a finite number > 0 (omit it for no transfer delay), got {bw}")
-        if kv_transfer.state_bytes < 0:
-            yield _d("negative", (*tp, "state_bytes"),
-                     f"must be >= 0, got {kv_transfer.state_bytes}")
+        for d in check_limits(kv_transfer, ("engine", "kv_transfer")):
+            yield attrs.evolve(d, stage="validate")

@@ -229,7 +229,7 @@ def test_shared_prefix_rounding_in_blocks() -> None:
         ({"source": session_source(shared_prefix_ratio=0.5), "load": {"type": "concurrency"},
           "stop": {"sessions": 1}}, "shared_prefix_ratio > 0 needs prefix_groups > 0"),
         ({"source": SYN, "load": {"type": "concurrency", "concurrency": 0},
-          "stop": {"requests": 1}}, "'concurrency' must be an integer >= 1, got 0"),
+          "stop": {"requests": 1}}, "'concurrency' must be an integer >= 1 and <= 1048576, got 0"),
         ({"source": {"type": "nope"}, "load": {}, "stop": {}}, "unknown source type 'nope'"),
         ({"source": {"type": "trace", "path": "t.jsonl"},
           "load": {"type": "poisson", "requests_per_second": 1.0}, "stop": {}},

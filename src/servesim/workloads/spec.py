@@ -104,13 +104,31 @@ def _table(value: Any, path: tuple[str, ...]) -> Mapping[str, Any]:
     return value
 
 
+def _upper_limits() -> dict[str, float]:
+    """Upper bounds of the ``traffic`` keys, read from the config schema (one source)."""
+    from servesim.compiler.model import parsed
+
+    out: dict[str, float] = {}
+    for cls in (parsed.Source, parsed.Session, parsed.Load, parsed.Stop):
+        for f in attrs.fields(cls):
+            if f.metadata.get("hi") is not None:
+                out[f.name] = f.metadata["hi"]
+    return out
+
+
+_UPPER = _upper_limits()
+
+
 def _int(table: Mapping[str, Any], key: str, path: tuple[str, ...], default: int | None,
          minimum: int) -> int:
     value = table.get(key, default)
     if value is None:
         raise _fail((*path, key), f"'{key}' is required")
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise _fail((*path, key), f"'{key}' must be an integer >= {minimum}, got {value!r}")
+    upper = _UPPER.get(key)
+    if (isinstance(value, bool) or not isinstance(value, int) or value < minimum
+            or (upper is not None and value > upper)):
+        bound = f">= {minimum}" + (f" and <= {int(upper)}" if upper is not None else "")
+        raise _fail((*path, key), f"'{key}' must be an integer {bound}, got {value!r}")
     return value
 
 
@@ -122,6 +140,7 @@ def _float(table: Mapping[str, Any], key: str, path: tuple[str, ...], default: f
     ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
     if ok:
         ok = value > 0 if positive else value >= 0
+    upper = _UPPER.get(key) if upper is None else upper
     if ok and upper is not None:
         ok = value <= upper
     if not ok:
@@ -132,7 +151,7 @@ def _float(table: Mapping[str, Any], key: str, path: tuple[str, ...], default: f
     return float(value)
 
 
-def _parse_source(table: Mapping[str, Any]) -> Source:
+def _parse_source(table: Mapping[str, Any], formats: tuple[str, ...] = TRACE_FORMATS) -> Source:
     path = ("source",)
     kind = table.get("type", "synthetic")
     if kind == "synthetic":
@@ -171,9 +190,9 @@ def _parse_source(table: Mapping[str, Any]) -> Source:
             raise _fail((*path, "path"), "a trace source needs one trace file path",
                         'set path = "traces/my_trace.jsonl"')
         fmt = table.get("format", "mooncake")
-        if fmt not in TRACE_FORMATS:
+        if fmt not in formats:
             raise _fail((*path, "format"), f"trace format {fmt!r} is not supported",
-                        f"use one of: {', '.join(TRACE_FORMATS)}")
+                        f"use one of: {', '.join(sorted(formats))}")
         block = _int(table, "block_size", path, DEFAULT_TRACE_BLOCK_SIZE, 1)
         return TraceSource(raw_path, fmt, block)
     raise _fail((*path, "type"), f"unknown source type {kind!r}",
@@ -222,10 +241,15 @@ def _parse_stop(table: Mapping[str, Any], source: Source) -> Stop:
     return Stop(requests, sessions, max_time)
 
 
-def parse_workload_spec(spec: Mapping[str, Any]) -> WorkloadSpec:
-    """Type-check the resolved workload dict; raise :class:`WorkloadError` if it is wrong."""
+def parse_workload_spec(spec: Mapping[str, Any], *,
+                        formats: tuple[str, ...] | None = None) -> WorkloadSpec:
+    """Type-check the resolved workload dict; raise :class:`WorkloadError` if it is wrong.
+
+    ``formats`` are the known trace format names (default: the built-in ones).
+    """
     spec = _table(spec, ())
-    source = _parse_source(_table(spec.get("source", {}), ("source",)))
+    source = _parse_source(_table(spec.get("source", {}), ("source",)),
+                           TRACE_FORMATS if formats is None else formats)
     load = _parse_load(_table(spec.get("load", {}), ("load",)), source)
     stop = _parse_stop(_table(spec.get("stop", {}), ("stop",)), source)
     return WorkloadSpec(source, load, stop)

@@ -1,0 +1,36 @@
+"""Numeric limits of config and payload values: one definition, two users.
+
+The parsed config (:mod:`servesim.compiler.model.parsed`) and the payload
+(:mod:`servesim.payload`) attach these bounds to their fields as attrs metadata, and
+:func:`servesim.converter.check_limits` enforces them: the same bound holds whether a
+value comes from a TOML file or a hand-written payload. The bounds keep every replay
+finite (a billion replicas is a typo, not a deployment).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+U64_MAX = 2**64 - 1
+BIG = 2**53  # largest integer every JSON reader represents exactly
+
+REPLICAS = 4096
+PARALLEL = 1024
+SCHEDULER = 2**31
+BLOCK_SIZE = 2**20
+BLOCKS = 2**40
+BYTES_PER_TOKEN = 2**40
+STEP_MS = 1e9
+SECONDS = 1e9
+CONTEXT = 2**31
+TOKENS = 2**24
+COUNT = 2**31
+CONCURRENCY = 2**20
+
+
+def bounded(lo: float | None = None, hi: float | None = None, *, lo_open: bool = False,
+            default: Any = None) -> Any:
+    """An attrs field with numeric bounds (``lo_open``: the lower bound is exclusive)."""
+    return attrs.field(default=default, metadata={"lo": lo, "hi": hi, "lo_open": lo_open})
