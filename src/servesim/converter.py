@@ -13,7 +13,7 @@ import difflib
 import math
 import types
 import typing
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
 import attrs
@@ -263,12 +263,17 @@ def _dedupe(diags: list[Diagnostic]) -> list[Diagnostic]:
     return out
 
 
-def check_limits(obj: Any, root: Path = ()) -> list[Diagnostic]:
-    """Check ``lo``/``hi`` metadata of every set numeric field in an attrs tree."""
+def check_limits(obj: Any, root: Path = (),
+                 path_of: Callable[[str], Path] | None = None) -> list[Diagnostic]:
+    """Check ``lo``/``hi`` metadata of every set numeric field in an attrs tree.
+
+    ``path_of(field_name)`` names where a top-level field lives when that is not
+    ``root + (field_name,)`` (a payload role's fields live under config sections).
+    """
     out: list[Diagnostic] = []
     for f in attrs.fields(type(obj)):
         value = getattr(obj, f.name)
-        path = (*root, f.name)
+        path = path_of(f.name) if path_of is not None else (*root, f.name)
         if attrs.has(type(value)):
             out.extend(check_limits(value, path))
         else:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Mapping
 
 import attrs
 
-from servesim.converter import check_limits, check_limits_of_field
+from servesim.converter import check_limits
 from servesim.errors import Diagnostic, Path
 from servesim.payload import KvTransferArgs, RoleArgs, role_field_path
 
@@ -36,16 +36,9 @@ def role_path(role: str) -> Path:
 
 def value_limits(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
     """Every numeric value within its bounds (:mod:`servesim.limits`, spec V55)."""
-    role = path[-1]
-    for f in attrs.fields(RoleArgs):
-        value = getattr(r, f.name)
-        key_path = role_field_path(str(role), f.name)
-        if attrs.has(type(value)):
-            found = check_limits(value, key_path)
-        else:
-            found = check_limits_of_field(f, value, key_path)
-        for d in found:
-            yield attrs.evolve(d, stage="validate")
+    role = str(path[-1])
+    for d in check_limits(r, path_of=lambda name: role_field_path(role, name)):
+        yield attrs.evolve(d, stage="validate")
 
 
 def backend_fields(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
