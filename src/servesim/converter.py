@@ -196,6 +196,33 @@ def make_converter() -> cattrs.Converter:
     return conv
 
 
+def _edit_distance(a: str, b: str) -> int:
+    """Optimal string alignment distance: a swap of two neighbours is one typo."""
+    prev2: list[int] = []
+    prev = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        cur = [i] + [0] * len(b)
+        for j, cb in enumerate(b, 1):
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb))
+            if i > 1 and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
+                cur[j] = min(cur[j], prev2[j - 2] + 1)
+        prev2, prev = prev, cur
+    return prev[-1]
+
+
+def closest(word: str, candidates: list[str]) -> str | None:
+    """The candidate a typo most likely meant: fewest edits, then the same length, then
+    difflib similarity (``modle`` means ``model``, not ``mode``)."""
+    if not candidates:
+        return None
+    best = min(candidates, key=lambda c: (_edit_distance(word, c), abs(len(c) - len(word)),
+                                          -difflib.SequenceMatcher(None, word, c).ratio()))
+    if _edit_distance(word, best) <= max(2, len(word) // 3):
+        return best
+    close = difflib.get_close_matches(word, candidates, n=1)
+    return close[0] if close else None
+
+
 def _field_names(cls: Any) -> list[str]:
     return [f.name for f in attrs.fields(cls)] if attrs.has(cls) else []
 
@@ -204,8 +231,8 @@ def _walk(exc: BaseException, path: Path, cls: Any) -> Iterator[Diagnostic]:
     if isinstance(exc, ForbiddenExtraKeysError):
         known = _field_names(exc.cl)
         for key in sorted(exc.extra_fields):
-            close = difflib.get_close_matches(key, known, n=1)
-            hint = f"did you mean '{close[0]}'?" if close else None
+            close = closest(key, known)
+            hint = f"did you mean '{close}'?" if close else None
             allowed = ", ".join(known)
             yield Diagnostic(
                 code="unknown-key",

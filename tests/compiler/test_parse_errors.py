@@ -340,3 +340,11 @@ concurrency = 0
         "engine.workers.aggregated.timing: fixed timing requires prefill_ms and decode_ms "
         "[timing-fixed]",
         "engine.nextn_accepted: nextn requires explicit nextn_accepted [nextn-accepted]"]
+
+
+def test_a_swapped_letter_suggests_the_key_with_the_same_letters() -> None:
+    from servesim.converter import closest
+
+    assert closest("modle", ["mode", "model", "hardware"]) == "model"
+    assert closest("mdoe", ["mode", "model"]) == "mode"
+    assert closest("zzz", ["mode", "model"]) is None
