@@ -25,7 +25,7 @@ from servesim.compiler import STAGES, compile_source
 from servesim.compiler.model.resolved import ResolvedConfig, ValidatedConfig
 from servesim.compiler.source import SourceText
 from servesim.errors import Diagnostic, PayloadError, ServesimError
-from servesim.payload import Payload, dump_payload, load_payload, payload_to_dict
+from servesim.payload import Payload, anchor_paths, dump_payload, load_payload, payload_to_dict
 from servesim.plugins.manager import EngineRegistry, get_plugin_manager
 
 EXIT_OK, EXIT_INPUT, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -214,8 +214,9 @@ def load_input(path: str, registry: EngineRegistry) -> tuple[Payload, Path | Non
             else path
         raise PayloadError([Diagnostic(code="payload-json", location=where,
                                        message=f"not a JSON payload: {exc}")]) from None
-    payload = load_payload(data, name=path)
-    return payload, p.resolve().parent
+    if isinstance(data, dict):
+        anchor_paths(data, str(p.resolve().parent))  # paths in a payload file are file-relative
+    return load_payload(data, name=path), None
 
 
 def _replay(args: argparse.Namespace, registry: EngineRegistry, out: Console,

@@ -157,12 +157,32 @@ def dump_payload(payload: Payload, *, relative_to: str | None = None) -> str:
     import os
 
     data = payload_to_dict(payload)
-    source = data["workload"].get("source", {})
-    if relative_to is not None and isinstance(source.get("path"), str):
-        path = source["path"]
-        if os.path.isabs(path):
-            source["path"] = os.path.relpath(path, relative_to).replace(os.sep, "/")
+    if relative_to is not None:
+        def relative(path: str) -> str:
+            if not os.path.isabs(path):
+                return path
+            return os.path.relpath(path, relative_to).replace(os.sep, "/")
+
+        _map_paths(data, relative)
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+
+def _map_paths(data: dict[str, Any], fn: Any) -> None:
+    """Apply ``fn`` to every file path a payload dict names (trace, timing tables)."""
+    source = data.get("workload", {}).get("source", {})
+    if isinstance(source, dict) and isinstance(source.get("path"), str):
+        source["path"] = fn(source["path"])
+    for role in (data.get("roles") or {}).values():
+        timing = role.get("timing") if isinstance(role, dict) else None
+        if isinstance(timing, dict) and isinstance(timing.get("path"), str):
+            timing["path"] = fn(timing["path"])
+
+
+def anchor_paths(data: dict[str, Any], folder: str) -> None:
+    """Make the relative paths of a payload file's dict absolute, relative to ``folder``."""
+    import os
+
+    _map_paths(data, lambda p: p if os.path.isabs(p) else os.path.join(folder, p))
 
 
 def load_payload(data: Any, *, name: str = "payload") -> Payload:

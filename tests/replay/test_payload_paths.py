@@ -1,0 +1,37 @@
+"""File paths in a payload file are relative to that file, and absolute once loaded."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import attrs
+
+from servesim.payload import (
+    Payload,
+    RoleArgs,
+    TimingArgs,
+    anchor_paths,
+    dump_payload,
+    load_payload,
+)
+
+
+def test_trace_and_timing_paths_round_trip_through_a_payload_file(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    role = RoleArgs(worker_type="aggregated", backend="vllm", model="m", hardware="h",
+                    timing=TimingArgs(type="table", path=str(data_dir / "steps.csv")))
+    payload = Payload(engine="vllm", mode="aggregated", roles={"aggregated": role},
+                      workload={"source": {"type": "trace", "path": str(data_dir / "t.jsonl")},
+                                "load": {"type": "trace_timestamps"}, "stop": {}})
+    out_dir = tmp_path / "out"
+    data = json.loads(dump_payload(payload, relative_to=str(out_dir)))
+    assert data["workload"]["source"]["path"] == "../data/t.jsonl"
+    assert data["roles"]["aggregated"]["timing"]["path"] == "../data/steps.csv"
+    anchor_paths(data, str(out_dir))
+    loaded = load_payload(data)
+    assert os.path.normpath(loaded.workload["source"]["path"]) == str(data_dir / "t.jsonl")
+    assert os.path.normpath(loaded.roles["aggregated"].timing.path or "") == str(
+        data_dir / "steps.csv")
+    assert attrs.evolve(loaded.roles["aggregated"], timing=role.timing) == role
