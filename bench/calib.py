@@ -20,6 +20,7 @@ from __future__ import annotations
 import csv
 import math
 import re
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,6 +102,32 @@ def _concurrency(raw: dict[str, str]) -> int:
     return int(m.group(1)) if m else 0
 
 
+def _parallel(raw: dict[str, str]) -> dict[str, int]:
+    """Parallel sizes of one worker.
+
+    Some sources record a ``tpX_epX`` deployment (X GPUs: attention TP or DP over X ranks,
+    experts spread over the same X GPUs) as ``moe_tp = moe_ep = X`` and ``tp`` (or attention
+    DP) ``= X * X``, i.e. X**2 GPUs; the row id names the real layout. Such rows are mapped
+    back to X GPUs with expert parallelism X (the client concurrency is unaffected).
+    """
+    tp, dp = _int(raw["tp_size"]), _int(raw["attention_dp_size"])
+    mtp, mep = _int(raw["moe_tp_size"]), _int(raw["moe_ep_size"])
+    if mtp > 1 and mtp == mep and tp * dp == mtp * mep:
+        m = re.search(r"_tp(\d+)(?:_0)?_ep(\d+)", raw["id"])
+        if m is None or (int(m.group(1)), int(m.group(2))) == (mtp, mep):
+            if dp > 1:
+                dp, tp = mep, 1
+            else:
+                tp = mep
+            mtp = 1
+    elif tp > 8 and tp == mtp and mep == 1 and dp == 1:
+        # TP12..TP72 with "moe_tp" equal: wide expert-parallel deployments (attention DP +
+        # EP over the NVL72 domain). Pure TP would need the whole batch's KV on every GPU
+        # (e.g. 8192 requests of MLA latents), which cannot fit.
+        dp, tp, mtp, mep = tp, 1, 1, tp
+    return {"tp": tp, "dp": dp, "moe_tp": mtp, "moe_ep": mep}
+
+
 def load_rows(path: Path = DATA) -> list[Row]:
     rows = []
     with path.open(newline="", encoding="utf-8") as f:
@@ -109,8 +136,7 @@ def load_rows(path: Path = DATA) -> list[Row]:
                 id=raw["id"], backend=raw["backend"], system=raw["system"],
                 model=raw["model_path"], mode=raw["mode"], isl=int(raw["isl"]),
                 osl=int(raw["osl"]), concurrency=_concurrency(raw),
-                tp=_int(raw["tp_size"]), dp=_int(raw["attention_dp_size"]),
-                moe_tp=_int(raw["moe_tp_size"]), moe_ep=_int(raw["moe_ep_size"]),
+                **_parallel(raw),
                 gemm_quant=raw["gemm_quant_mode"], moe_quant=raw["moe_quant_mode"],
                 ttft_ms=float(raw["silicon_ttft_ms"]), tpot_ms=float(raw["silicon_tpot_ms"]),
             ))
@@ -339,6 +365,16 @@ def record(s: Setup) -> Recording:
     return rec
 
 
+def holdout(row: Row, folds: int = 5) -> bool:
+    """Deterministic holdout membership (one fold in ``folds``), keyed by the measured
+    configuration rather than the row id, so repeated measurements of one configuration
+    never straddle the split."""
+    key = "|".join(map(str, (row.backend, row.system, row.model, row.gemm_quant, row.tp,
+                             row.dp, row.moe_tp, row.moe_ep, row.isl, row.osl,
+                             row.concurrency)))
+    return zlib.crc32(key.encode()) % folds == 0
+
+
 def iter_setups(rows: list[Row], *, max_tokens: int) -> Iterator[tuple[Row, Setup | str]]:
     for row in rows:
         try:
@@ -369,21 +405,43 @@ def sample(rows: list[Row], limit: int | None) -> list[Row]:
 
 
 def steady_state(s: Setup, timer: AnalyticalTimer) -> tuple[float, float]:
-    """(TTFT, TPOT) of a closed loop in steady state, from the timer alone.
+    """(TTFT, TPOT) of a closed loop in steady state, from the timer alone, the way the
+    vLLM engine schedules it (checked against ``replay_staggered``).
 
-    In a long closed loop the ``c`` requests of a rank are spread uniformly over their
-    lifetime: every pass decodes ``c`` requests at mean context ``isl + osl/2`` and carries
-    ``c / osl`` new prompts on average. TPOT is the mean pass time; TTFT is the wait for
-    the pass in flight (half a pass) plus the pass carrying the prompt.
+    One rank runs ``c`` requests at uniformly spread stages. A prompt arrives when another
+    request finishes, i.e. at a pass end, and is scheduled in the next pass after the
+    running decodes, with the rest of the token budget ``B``: ``k = ceil(isl / (B - c))``
+    passes carry it, the last of which also emits its first token. A request lives
+    ``k + osl - 1`` passes, so ``lam = c / (k + osl - 1)`` prompts start per pass.
+    TPOT is the mean pass: ``c`` decodes at mean context ``isl + osl / 2`` plus ``lam``
+    prompts' chunks. TTFT is the ``k`` passes carrying the prompt (the pass in flight has
+    just ended when the prompt arrives, so there is no residual wait).
     """
-    row = s.row
-    c = max(1.0, row.concurrency / s.role.attention_data)
-    ctx = row.isl + row.osl / 2
+    row, role = s.row, s.role
+    clients = max(1.0, row.concurrency / role.attention_data)
+    isl, osl = row.isl, row.osl
+    budget = role.max_batched_tokens
+    # Requests that can run at once: sequence cap, KV blocks at the mean length (blocks are
+    # taken as sequences grow), half the token budget.
+    fit = role.num_gpu_blocks // max(1, math.ceil((isl + osl / 2) / role.block_size))
+    c = max(1.0, min(clients, role.max_sequences, fit, budget // 2))
+    room = max(1.0, budget - (c - 1))
+    k = max(1, math.ceil(isl / room))
+    lam = c / (k + osl - 1)
+    b = max(1.0, lam)  # prompts sharing the pass that carries one
+    ctx = isl + osl / 2
     decode = timer.decode_ms(round(c), round(c * ctx), ctx, 0)
-    prefill = timer.prefill_ms(1, row.isl, 0)
-    per_pass = min(c / row.osl, c)
-    step = decode + per_pass * prefill
-    ttft = 0.5 * step + prefill + decode
+    chunks = 0.0
+    start = 0
+    for _ in range(k):
+        end = min(isl, start + int(room))
+        chunks += timer.prefill_ms(b, end, start)  # type: ignore[arg-type]
+        start = end
+    step = decode + lam / b * chunks
+    ttft = k * decode + chunks
+    if clients > c:
+        # The other clients wait for a slot: throughput c / lifetime (Little's law).
+        ttft += (clients / c - 1) * (ttft + (osl - 1) * step)
     return ttft, step
 
 
@@ -434,4 +492,9 @@ def replay_staggered(s: Setup, constants: AnalyticalConstants) -> Result:
     wl = StaggeredClosedLoop(s.row.isl, s.row.osl, s.row.concurrency, s.requests,
                              lifetime / s.row.concurrency)
     AggregatedReplay(s.role, timer, wl, records.append, None).run()
+    c = s.row.concurrency
+    if s.requests >= 2 * c:
+        # Second wave only: its requests live entirely in a full loop (the first wave ramps
+        # up, the last one drains), which is what a steady-state benchmark measures.
+        records = [r for r in records if c <= r.request_id < 2 * c]
     return summarize(records)

@@ -73,7 +73,7 @@ def replay_payload(payload: Payload, *, registry: EngineRegistry, base_dir: Path
                 result = engine.replay(payload, workload, sink, progress=progress)
     wall_ms = (time.perf_counter() - started) * 1000.0
     report = collector.report(wall_time_ms=0.0, gpu_seconds=result.gpu_seconds,
-                              extra=provenance(payload, base_dir))
+                              extra={**result.extra, **provenance(payload, base_dir)})
     del report["wall_time_ms"]
     return ReplayOutcome(report=report, wall_time_ms=wall_ms)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import attrs
 
@@ -27,6 +27,8 @@ class ReplayResult:
     end_ms: float
     gpu_seconds: dict[str, float]  # per role: worker busy-or-alive seconds x GPUs
     passes: int = 0
+    # Engine-specific report keys (e.g. per-role worker seconds), added to the report.
+    extra: dict[str, Any] = attrs.field(factory=dict)
 
 
 Sink = Callable[[RequestRecord], None]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from servesim.engines.base import Engine, Progress, ReplayResult, Sink
 from servesim.engines.kernel.requests import Workload
-from servesim.errors import Diagnostic, ReplayError
 from servesim.payload import Payload
 from servesim.plugins.hookspecs import hookimpl
 
@@ -36,10 +35,9 @@ class DisaggEngine(Engine):
 
     def replay(self, payload: Payload, workload: Workload, sink: Sink, *,
                progress: Progress | None = None) -> ReplayResult:
-        raise ReplayError([Diagnostic(
-            code="engine-not-available", path=("engine", "mode"),
-            message="replay of disaggregated deployments is not available in this version; "
-            "compile, validate and inspect work")])
+        from servesim.engines.disagg.engine import replay_payload_roles
+
+        return replay_payload_roles(payload, workload, sink, progress=progress)
 
 
 @hookimpl

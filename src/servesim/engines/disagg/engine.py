@@ -1,0 +1,509 @@
+"""Disaggregated (prefill/decode) replay: two worker pools joined by a KV transfer.
+
+One request's path, all in virtual milliseconds:
+
+1. its arrival is placed round-robin on a prefill worker (then round-robin over that
+   worker's attention-DP ranks), which schedules a hidden copy with one output token
+   like any vLLM request; decode costs nothing there, so the copy finishes at the end of
+   the pass that completes its prompt, and its KV is *held* on the prefill rank;
+2. at that pass end the request is placed round-robin on a decode worker/rank, which
+   reserves the prompt's blocks (reusing prefix blocks already resident there); a
+   reservation that does not fit waits and is retried, in order, whenever that rank
+   finishes a pass; a prompt the decode side can never hold is rejected there and then;
+3. once reserved, the KV transfer takes ``(tokens * bytes_per_token + state_bytes) /
+   bandwidth`` (tokens = full prompt or only the destination's missing tokens); on
+   completion the source is released and the destination activated;
+4. the decode rank admits the materialized request with no prefill work; its first
+   decode pass emits output token 1, and it produces every output token.
+
+So TTFT = prefill queueing + prefill compute + transfer + decode queueing + one decode
+pass. With a state cache (required on both roles) the source also holds its working
+state, the destination reserves one beside the prompt blocks, and every transfer carries
+``state_bytes`` once; speculative bursts happen on the decode side only.
+
+Every lease is released exactly once: the source at transfer completion (or at a
+destination rejection), the destination when the request finishes on the decode rank.
+
+Event order at one instant: pass completions, then transfer completions, then
+arrivals; then waiting reservations are retried, then idle workers start passes. A
+zero-delay transfer completes inline, at the instant its reservation succeeds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import attrs
+
+from servesim.engines.base import ReplayResult
+from servesim.engines.disagg.ranks import DecodeRank, DestinationRejected, PrefillRank
+from servesim.engines.disagg.transfer import transfer_delay_ms
+from servesim.engines.kernel.events import (
+    PHASE_ARRIVAL,
+    PHASE_ENGINE,
+    PHASE_TRANSFER,
+    EventQueue,
+)
+from servesim.engines.kernel.requests import (
+    RequestRecord,
+    RequestSpec,
+    TerminalStatus,
+    Workload,
+)
+from servesim.engines.vllm.scheduler import RankPass, RankScheduler, SeqState
+from servesim.errors import Diagnostic, ReplayError
+from servesim.payload import KvTransferArgs, Payload, RoleArgs
+from servesim.timing import StepTimer, make_timer
+
+Sink = Callable[[RequestRecord], None]
+
+_PROGRESS_EVERY = 4096
+
+
+@attrs.frozen(slots=True)
+class DisaggStats:
+    """Run totals; per-request outcomes went to the sink."""
+
+    end_ms: float
+    passes: int  # worker passes started, both pools
+    num_requests: int
+    completed: int
+    rejected: int
+    incomplete: int
+    transfers: int  # KV transfers completed
+    transfer_ms: float  # sum of their durations
+    prefill_busy_ms: tuple[float, ...]
+    decode_busy_ms: tuple[float, ...]
+
+    @property
+    def prefill_worker_seconds(self) -> float:
+        """Provisioned prefill worker time: every worker exists from t=0 to the end."""
+        return len(self.prefill_busy_ms) * self.end_ms / 1000.0
+
+    @property
+    def decode_worker_seconds(self) -> float:
+        return len(self.decode_busy_ms) * self.end_ms / 1000.0
+
+
+@attrs.define(slots=True, eq=False)
+class PoolWorker:
+    """One replica of a pool: its rank schedulers and the pass in flight."""
+
+    pool: str  # "prefill" or "decode"
+    index: int  # within the pool
+    key: int  # event tie-break id, unique across both pools
+    ranks: list[RankScheduler]
+    next_rank: int = 0
+    wave_step: int = 0
+    busy: bool = False
+    pass_start: float = 0.0
+    pending: list[RankPass] = attrs.field(factory=list)
+    busy_ms: float = 0.0
+
+    def place(self) -> int:
+        """Round-robin over this worker's ranks."""
+        rank = self.next_rank
+        self.next_rank = (rank + 1) % len(self.ranks)
+        return rank
+
+
+@attrs.define(slots=True, eq=False)
+class Flight:
+    """One request in flight through both pools."""
+
+    spec: RequestSpec
+    record: RequestRecord  # the client-visible record, sent to the sink once
+    source: SeqState  # the hidden one-token copy on the prefill rank
+    prefill_worker: PoolWorker
+    prefill_rank: PrefillRank
+    dest: SeqState | None = None  # reserved / materialized / running on the decode rank
+    decode_worker: PoolWorker | None = None
+    decode_rank: DecodeRank | None = None
+    transfer_ms: float = 0.0
+
+
+@attrs.define(slots=True, eq=False)
+class _PassEnd:
+    worker: PoolWorker
+
+
+@attrs.define(slots=True, eq=False)
+class _TransferDone:
+    flight: Flight
+
+
+def _scratch(spec: RequestSpec) -> RequestRecord:
+    return RequestRecord(request_id=spec.request_id, arrival_ms=spec.arrival_ms,
+                         input_length=spec.input_length,
+                         requested_output_length=spec.output_length, status="incomplete")
+
+
+class DisaggReplay:
+    """One P/D run; :func:`replay_disaggregated` is the usual entry point. Keeping the
+    object gives access to both pools (and their rank block pools) after :meth:`run`."""
+
+    def __init__(
+        self,
+        prefill: RoleArgs,
+        decode: RoleArgs,
+        kv_transfer: KvTransferArgs | None,
+        workload: Workload,
+        sink: Sink,
+        progress: Callable[[float], None] | None = None,
+        *,
+        prefill_timer: StepTimer | None = None,
+        decode_timer: StepTimer | None = None,
+    ) -> None:
+        self.prefill_role = prefill
+        self.decode_role = decode
+        self.kv_transfer = kv_transfer
+        self.workload = workload
+        self.sink = sink
+        self.progress = progress
+        pt = prefill_timer if prefill_timer is not None else make_timer(prefill)
+        dt = decode_timer if decode_timer is not None else make_timer(decode)
+        pdp, ddp = prefill.attention_data, decode.attention_data
+        self.prefill_workers = [
+            PoolWorker("prefill", w, w,
+                       [PrefillRank(prefill, pt, w * pdp + r) for r in range(pdp)])
+            for w in range(prefill.replicas)
+        ]
+        n = len(self.prefill_workers)
+        # rank_offset (the rank's global index in its pool) seeds speculative bursts.
+        self.decode_workers = [
+            PoolWorker("decode", w, n + w,
+                       [DecodeRank(decode, dt, w * ddp + r) for r in range(ddp)])
+            for w in range(decode.replicas)
+        ]
+        self.events: EventQueue[_PassEnd | _TransferDone | RequestSpec] = EventQueue()
+        self.flights: dict[int, Flight] = {}
+        # Handoffs waiting for a destination reservation, per decode rank, in order.
+        self.handoffs: dict[DecodeRank, list[Flight]] = {}
+        self.retry: dict[DecodeRank, None] = {}  # decode ranks whose capacity changed
+        self.dirty: dict[PoolWorker, None] = {}
+        self.now = 0.0
+        self.next_prefill = 0
+        self.next_decode = 0
+        self.passes = 0
+        self.num_requests = 0
+        self.transfers = 0
+        self.transfer_ms = 0.0
+        self.counts = {"completed": 0, "rejected": 0, "incomplete": 0}
+
+    @property
+    def workers(self) -> list[PoolWorker]:
+        return [*self.prefill_workers, *self.decode_workers]
+
+    # -- main loop ------------------------------------------------------------------------
+
+    def run(self) -> DisaggStats:
+        events = self.events
+        cutoff = self.workload.max_time_ms
+        arrivals: Iterator[RequestSpec] = iter(self.workload.start())
+        lookahead = next(arrivals, None)
+        inf = float("inf")
+        iterations = 0
+        while True:
+            t_event = events.peek_time()
+            t = inf if t_event is None else t_event
+            if lookahead is not None and lookahead.arrival_ms < t:
+                t = lookahead.arrival_ms
+            if t == inf or (cutoff is not None and t > cutoff):
+                break
+            if t < self.now:
+                raise self._order_error(t)
+            self.now = t
+            while lookahead is not None and lookahead.arrival_ms <= t:
+                events.push(lookahead.arrival_ms, PHASE_ARRIVAL, lookahead.request_id, lookahead)
+                lookahead = next(arrivals, None)
+            while True:
+                t_event = events.peek_time()
+                if t_event is None or t_event > t:
+                    break
+                _, _, item = events.pop()
+                if isinstance(item, _PassEnd):
+                    self._end_pass(item.worker)
+                elif isinstance(item, _TransferDone):
+                    self._complete_transfer(item.flight)
+                else:
+                    self._arrive(item)
+            self._settle()
+            iterations += 1
+            if self.progress is not None and iterations % _PROGRESS_EVERY == 0:
+                self.progress(self.now)
+        self._flush_incomplete()
+        if self.progress is not None:
+            self.progress(self.now)
+        return DisaggStats(
+            end_ms=self.now,
+            passes=self.passes,
+            num_requests=self.num_requests,
+            completed=self.counts["completed"],
+            rejected=self.counts["rejected"],
+            incomplete=self.counts["incomplete"],
+            transfers=self.transfers,
+            transfer_ms=self.transfer_ms,
+            prefill_busy_ms=tuple(w.busy_ms for w in self.prefill_workers),
+            decode_busy_ms=tuple(w.busy_ms for w in self.decode_workers),
+        )
+
+    def _settle(self) -> None:
+        """After the events of an instant: retry reservations, then start idle workers."""
+        while self.retry:
+            retry, self.retry = self.retry, {}
+            for rank in retry:
+                self._reserve_pending(rank)
+        if self.dirty:
+            dirty, self.dirty = self.dirty, {}
+            for worker in sorted(dirty, key=lambda w: w.key):
+                if not worker.busy:
+                    self._start_pass(worker)
+
+    # -- prefill side ---------------------------------------------------------------------
+
+    def _arrive(self, spec: RequestSpec) -> None:
+        if spec.request_id in self.flights:
+            raise ReplayError(
+                [Diagnostic(code="workload-duplicate-id",
+                            message=f"request id {spec.request_id} arrived twice while in flight")]
+            )
+        worker = self.prefill_workers[self.next_prefill]
+        self.next_prefill = (self.next_prefill + 1) % len(self.prefill_workers)
+        rank = worker.ranks[worker.place()]
+        assert isinstance(rank, PrefillRank)
+        record = RequestRecord(
+            request_id=spec.request_id,
+            arrival_ms=spec.arrival_ms,
+            input_length=spec.input_length,
+            requested_output_length=spec.output_length,
+            status="incomplete",
+            session_id=spec.session_id,
+            turn_index=spec.turn_index,
+            prefill_worker=worker.index,
+        )
+        # The hidden bootstrap: the prefill worker computes the prompt and one token.
+        copy = attrs.evolve(spec, output_length=1)
+        source = rank.new_seq(copy, _scratch(copy))
+        self.flights[spec.request_id] = Flight(spec=spec, record=record, source=source,
+                                               prefill_worker=worker, prefill_rank=rank)
+        self.num_requests += 1
+        rank.submit(source)
+        self.dirty[worker] = None
+
+    def _start_pass(self, worker: PoolWorker) -> None:
+        now = self.now
+        results: list[RankPass] = []
+        duration = 0.0
+        progressed = False
+        dp_size = len(worker.ranks)
+        for rank in worker.ranks:
+            if not rank.has_work:
+                continue
+            res = rank.execute_pass(now, worker.wave_step, dp_size)
+            results.append(res)
+            progressed = progressed or res.progressed
+            if res.duration_ms > duration:
+                duration = res.duration_ms
+        if not results:
+            worker.wave_step = 0
+            return
+        if not progressed:
+            if self._waits_for_handoff(worker):
+                return  # a source release or a destination activation will wake it
+            raise self._stuck_error(worker)
+        self.passes += 1
+        worker.wave_step += 1
+        worker.busy = True
+        worker.pass_start = now
+        worker.pending = results
+        self.events.push(now + duration, PHASE_ENGINE, worker.key, _PassEnd(worker))
+        for res in results:
+            for seq in res.rejected:
+                self._reject(self.flights[seq.spec.request_id], now)
+
+    def _waits_for_handoff(self, worker: PoolWorker) -> bool:
+        """Blocked on capacity that a handoff in flight will free or fill."""
+        for rank in worker.ranks:
+            if isinstance(rank, PrefillRank) and rank.held:
+                return True
+            if isinstance(rank, DecodeRank) and rank.reserved:
+                return True
+        return False
+
+    def _end_pass(self, worker: PoolWorker) -> None:
+        end = self.now
+        worker.busy = False
+        worker.busy_ms += end - worker.pass_start
+        pending, worker.pending = worker.pending, []
+        self.dirty[worker] = None
+        if worker.pool == "prefill":
+            # The bootstrap token is hidden; a finished copy now holds its source KV.
+            for res in pending:
+                for seq in res.finished:
+                    self._hand_off(self.flights[seq.spec.request_id])
+            return
+        for res in pending:
+            for seq in res.emitted:  # a speculative burst: one entry per token
+                self.flights[seq.spec.request_id].record.token_times.append(end)
+        for res in pending:
+            for seq in res.finished:
+                self._terminal(self.flights[seq.spec.request_id], "completed", end)
+        for rank in worker.ranks:
+            assert isinstance(rank, DecodeRank)
+            if rank in self.handoffs:
+                self.retry[rank] = None  # capacity may have changed
+
+    # -- handoff --------------------------------------------------------------------------
+
+    def _hand_off(self, flight: Flight) -> None:
+        """Source-first (vLLM): the prefill is done; pick the destination and queue it."""
+        worker = self.decode_workers[self.next_decode]
+        self.next_decode = (self.next_decode + 1) % len(self.decode_workers)
+        rank = worker.ranks[worker.place()]
+        assert isinstance(rank, DecodeRank)
+        flight.decode_worker = worker
+        flight.decode_rank = rank
+        flight.record.decode_worker = worker.index
+        self.handoffs.setdefault(rank, []).append(flight)
+        self.retry[rank] = None
+
+    def _reserve_pending(self, rank: DecodeRank) -> None:
+        """Reserve queued destinations in order; the first that does not fit waits."""
+        queue = self.handoffs.get(rank)
+        if not queue:
+            return
+        done = 0
+        for flight in queue:
+            try:
+                dest = rank.reserve_destination(flight.spec, _scratch(flight.spec))
+            except DestinationRejected:
+                done += 1
+                self._reject(flight, self.now)
+                continue
+            if dest is None:
+                break
+            done += 1
+            flight.dest = dest
+            missing = dest.prompt_len - rank.resident_tokens(dest)
+            delay = transfer_delay_ms(self.kv_transfer, dest.prompt_len, missing)
+            flight.transfer_ms = delay
+            if delay > 0.0:
+                self.events.push(self.now + delay, PHASE_TRANSFER, flight.spec.request_id,
+                                 _TransferDone(flight))
+            else:
+                self._complete_transfer(flight)
+        del queue[:done]
+        if not queue:
+            del self.handoffs[rank]
+
+    def _complete_transfer(self, flight: Flight) -> None:
+        assert flight.dest is not None and flight.decode_rank is not None
+        assert flight.decode_worker is not None
+        self.transfers += 1
+        self.transfer_ms += flight.transfer_ms
+        released = flight.prefill_rank.release_source(flight.source)
+        assert released, "a source was released twice"
+        self.dirty[flight.prefill_worker] = None
+        flight.decode_rank.activate_destination(flight.dest)
+        self.dirty[flight.decode_worker] = None
+
+    # -- terminal states ------------------------------------------------------------------
+
+    def _reject(self, flight: Flight, time_ms: float) -> None:
+        if flight.prefill_rank.release_source(flight.source):
+            self.dirty[flight.prefill_worker] = None
+        self._terminal(flight, "rejected", time_ms)
+
+    def _terminal(self, flight: Flight, status: TerminalStatus, time_ms: float) -> None:
+        record = flight.record
+        record.status = status
+        record.terminal_ms = time_ms
+        self._merge(flight)
+        del self.flights[record.request_id]
+        self.counts[status] += 1
+        self.sink(record)
+        for spec in self.workload.on_terminal(flight.spec, time_ms):
+            if spec.arrival_ms < time_ms:
+                raise self._order_error(spec.arrival_ms)
+            self.events.push(spec.arrival_ms, PHASE_ARRIVAL, spec.request_id, spec)
+
+    @staticmethod
+    def _merge(flight: Flight) -> None:
+        """Admission figures come from the prefill side (where prompt tokens are computed
+        or reused); preemptions from both sides."""
+        record, src = flight.record, flight.source.record
+        record.first_admit_ms = src.first_admit_ms
+        record.first_admission_reused_tokens = src.first_admission_reused_tokens
+        record.reused_input_tokens = src.reused_input_tokens
+        record.num_preemptions = src.num_preemptions
+        if flight.dest is not None:
+            record.num_preemptions += flight.dest.record.num_preemptions
+
+    def _flush_incomplete(self) -> None:
+        # In flight at the cutoff: passes and transfers that did not complete are dropped.
+        for request_id in sorted(self.flights):
+            flight = self.flights[request_id]
+            flight.record.status = "incomplete"
+            self._merge(flight)
+            self.counts["incomplete"] += 1
+            self.sink(flight.record)
+        self.flights.clear()
+
+    # -- errors ---------------------------------------------------------------------------
+
+    def _order_error(self, t: float) -> ReplayError:
+        return ReplayError(
+            [Diagnostic(code="workload-order",
+                        message=f"workload produced an arrival at {t} ms, before the current "
+                        f"virtual time {self.now} ms; arrivals must be nondecreasing")]
+        )
+
+    def _stuck_error(self, worker: PoolWorker) -> ReplayError:
+        heads = [r.waiting[0].spec.request_id for r in worker.ranks if r.waiting]
+        return ReplayError(
+            [Diagnostic(code="replay-stuck",
+                        message=f"{worker.pool} worker {worker.index} has work but cannot "
+                        f"schedule any of it (waiting heads: {heads}); this is a scheduler "
+                        "invariant violation",
+                        path=("engine", "workers", worker.pool))]
+        )
+
+
+def replay_disaggregated(
+    prefill: RoleArgs,
+    decode: RoleArgs,
+    kv_transfer: KvTransferArgs | None,
+    workload: Workload,
+    sink: Sink,
+    *,
+    progress: Callable[[float], None] | None = None,
+) -> DisaggStats:
+    """Replay ``workload`` on a prefill pool and a decode pool; every request that arrives
+    is sent to ``sink`` exactly once, when it becomes terminal (or at the end, as
+    incomplete). ``progress`` (if given) receives the virtual time now and then."""
+    return DisaggReplay(prefill, decode, kv_transfer, workload, sink, progress).run()
+
+
+def replay_payload_roles(payload: Payload, workload: Workload, sink: Sink, *,
+                         progress: Callable[[float], None] | None = None) -> ReplayResult:
+    """The built-in ``disagg`` engine's replay of a checked payload.
+
+    The report gains ``prefill_worker_seconds`` and ``decode_worker_seconds`` (every worker
+    of a pool is provisioned from t=0 to the end of the run); GPU-seconds per role are
+    those times the GPUs per worker of the role, so ``gpu_hours`` =
+    (prefill_worker_s * prefill GPUs/worker + decode_worker_s * decode GPUs/worker) / 3600.
+    """
+    prefill, decode = payload.roles["prefill"], payload.roles["decode"]
+    stats = replay_disaggregated(prefill, decode, payload.kv_transfer, workload, sink,
+                                 progress=progress)
+    p_s, d_s = stats.prefill_worker_seconds, stats.decode_worker_seconds
+    return ReplayResult(
+        end_ms=stats.end_ms,
+        gpu_seconds={"prefill": p_s * prefill.gpus_per_worker,
+                     "decode": d_s * decode.gpus_per_worker},
+        passes=stats.passes,
+        extra={"prefill_worker_seconds": p_s, "decode_worker_seconds": d_s,
+               "kv_transfers": stats.transfers,
+               "mean_kv_transfer_ms": (stats.transfer_ms / stats.transfers
+                                       if stats.transfers else 0.0)},
+    )
