@@ -107,7 +107,9 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str]
     assert "usage: servesim" in err and "Traceback" not in err
 
 
-def test_schema_prints_the_committed_schema(capsys: pytest.CaptureFixture[str]) -> None:
+def test_schema_prints_the_committed_schema(capsys: pytest.CaptureFixture[str],
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SERVESIM_DISABLE_PLUGIN_AUTOLOAD", "1")  # installed plugins add options
     for which in ("config", "payload"):
         code, out, err = run(capsys, "schema", which)
         assert (code, err) == (0, "")

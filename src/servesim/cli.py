@@ -174,26 +174,44 @@ def _inspect(args: argparse.Namespace, registry: EngineRegistry, out: Console,
 
 def _schema(args: argparse.Namespace, registry: EngineRegistry, out: Console,
             err: Console) -> int:
-    from servesim.schemas import load_schema
+    from servesim.schemas import add_engine_options, load_schema
 
-    sys.stdout.write(json.dumps(load_schema(args.which), indent=2, sort_keys=True) + "\n")
+    schema = load_schema(args.which)
+    if args.which == "config":  # the options of every registered engine, plugins' included
+        add_engine_options(schema, registry)
+    sys.stdout.write(json.dumps(schema, indent=2, sort_keys=True) + "\n")
     return EXIT_OK
 
 
 def _plugins(args: argparse.Namespace, registry: EngineRegistry, out: Console,
              err: Console) -> int:
+    def where(plugin: str) -> dict[str, str]:
+        return {"plugin": plugin, "source": registry.source(plugin).describe()}
+
     rows: list[dict[str, Any]] = [
-        {"name": n, "class": f"{c.__module__}.{c.__qualname__}", "plugin": o,
-             "modes": list(c.MODES), "description": c.DESCRIPTION}
-            for n, c, o in registry.items()]
+        {"kind": "engine", "name": n, "class": f"{c.__module__}.{c.__qualname__}",
+         "modes": list(c.MODES), "description": c.DESCRIPTION, **where(o)}
+        for n, c, o in registry.items()]
+    for kind, items in (("timing", registry.timing_items()),
+                        ("trace-format", registry.format_items())):
+        rows += [{"kind": kind, "name": n, "class": f"{f.__module__}.{f.__qualname__}",
+                  "modes": [], "description": (f.__doc__ or "").strip().split("\n")[0],
+                  **where(o)} for n, f, o in items]
     if args.format == "json":
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
         return EXIT_OK
     from rich.table import Table
 
-    table = Table("engine", "modes", "registered by", "description")
+    from rich import box
+    from rich.text import Text
+
+    table = Table("kind", "name", "modes", "registered by", "description", box=box.SIMPLE_HEAD)
     for row in rows:
-        table.add_row(row["name"], ", ".join(row["modes"]), row["plugin"], row["description"])
+        source = registry.source(row["plugin"])
+        origin = row["plugin"] if source.kind in ("builtin", "module") \
+            else f"{row['plugin']} ({source.package or 'in-process'})"
+        table.add_row(Text(row["kind"], no_wrap=True), Text(row["name"], no_wrap=True),
+                      ", ".join(row["modes"]), origin, row["description"])
     out.print(table)
     return EXIT_OK
 

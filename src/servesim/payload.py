@@ -128,6 +128,9 @@ class Payload:
     kv_transfer: KvTransferArgs | None = None
     sla: SlaArgs | None = None
     provenance: dict[str, Any] = attrs.field(factory=dict)
+    # The engine's own options ([engine.options]), structured by its Options class with
+    # defaults applied; {} for an engine without options. Added in v1 (additive).
+    engine_options: dict[str, Any] = attrs.field(factory=dict)
     schema_version: int = SCHEMA_VERSION
     servesim_version: str = ""
 

@@ -22,6 +22,7 @@ from servesim.engines.kernel.requests import RequestRecord
 from servesim.errors import Diagnostic, PayloadError
 from servesim.payload import Payload, payload_to_dict
 from servesim.plugins.manager import EngineRegistry
+from servesim.timing.registry import use_providers
 from servesim.workloads import build_workload, resolve_trace_path, trace_sha256
 
 
@@ -55,12 +56,17 @@ def replay_payload(payload: Payload, *, registry: EngineRegistry, base_dir: Path
             code="unknown-engine", path=("engine",),
             message=f"no engine named {payload.engine!r} is registered (registered: "
             f"{', '.join(registry.names()) or 'none'})")])
-    diags = engine.validate_payload(payload)
+    hook = f"{type(engine).__qualname__}.%s"  # plugin errors name the engine method
+    with registry.guard(payload.engine, hook % "validate_payload"):
+        diags = engine.validate_payload(payload)
     if diags:
         raise PayloadError(diags)
     collector = MetricsCollector(payload.sla)
     started = time.perf_counter()
-    with build_workload(payload.workload, base_dir=base_dir) as workload:
+    with build_workload(payload.workload, base_dir=base_dir,
+                        formats=registry.trace_formats) as workload, \
+            use_providers(registry.timing_providers), \
+            registry.guard(payload.engine, hook % "replay"):
         if requests_out is None:
             result = engine.replay(payload, workload, collector.add, progress=progress)
         else:

@@ -35,20 +35,90 @@ Sink = Callable[[RequestRecord], None]
 Progress = Callable[[float], None]
 
 
+OPTIONS_PATH: tuple[str, ...] = ("engine", "options")
+
+
+def option(default: Any = attrs.NOTHING, *, lo: float | None = None, hi: float | None = None,
+           lo_open: bool = False, help: str | None = None, **kw: Any) -> Any:
+    """A field of an engine's ``Options`` class: default, numeric range and help text.
+
+    The range is checked like every servesim limit (``engine.options.<key>: must be in
+    [lo, hi], got x [out-of-range]``); ``help`` becomes the key's description in
+    ``servesim schema config``.
+    """
+    return attrs.field(default=default, metadata={"lo": lo, "hi": hi, "lo_open": lo_open,
+                                                  "help": help}, **kw)
+
+
+@attrs.frozen
+class NoOptions:
+    """An engine without options of its own: ``[engine.options]`` must be empty."""
+
+
 class Engine(abc.ABC):
-    """A replay engine. Subclasses set ``NAME`` and ``MODES`` and implement :meth:`replay`."""
+    """A replay engine. Subclasses set ``NAME`` and ``MODES`` and implement :meth:`replay`.
+
+    ``Options`` is an attrs class: the schema of the engine's ``[engine.options]`` table
+    (every field needs a default). The compiler structures the table with servesim's
+    strict converter and writes the result, defaults applied, to ``payload.engine_options``;
+    :meth:`options` reads it back.
+    """
 
     NAME: ClassVar[str]
     MODES: ClassVar[tuple[str, ...]] = ("aggregated",)
     DESCRIPTION: ClassVar[str] = ""
+    Options: ClassVar[type[Any]] = NoOptions
+
+    @classmethod
+    def structure_options(cls, data: Any) -> tuple[Any, list[Diagnostic]]:
+        """``data`` as an ``Options`` instance, or ``None`` and ``engine.options`` diagnostics."""
+        from servesim.converter import check_limits, make_converter, structure
+
+        if data is None:
+            data = {}
+        options, diags = structure(make_converter(), data, cls.Options, OPTIONS_PATH)
+        if options is None:
+            return None, diags
+        diags = check_limits(options, OPTIONS_PATH)
+        return (None, diags) if diags else (options, [])
+
+    def options(self, payload: Payload) -> Any:
+        """The payload's engine options as an ``Options`` instance (PayloadError if wrong)."""
+        from servesim.errors import PayloadError
+
+        options, diags = self.structure_options(payload.engine_options)
+        if diags:
+            raise PayloadError(diags)
+        return options
+
+    def check_options(self, options: Any) -> list[Diagnostic]:
+        """Rules between option values (types and ranges are already checked); override."""
+        return []
+
+    def lower(self, payload: Payload) -> Payload:
+        """The compiler's last step for this engine: return ``payload``, possibly evolved.
+
+        Runs after the shared rules passed; ``payload.engine_options`` holds the
+        structured options with defaults applied. The default returns it unchanged.
+        """
+        return payload
 
     def validate_payload(self, payload: Payload) -> list[Diagnostic]:
-        """The shared rules plus this engine's own; an empty list accepts the payload."""
+        """The shared rules plus this engine's own; an empty list accepts the payload.
+
+        Runs at compile time (after :meth:`lower`) and again when a payload is replayed,
+        so a hand-written payload is held to the same rules. Overrides should extend
+        ``super().validate_payload(payload)``.
+        """
         out = check_deployment(payload.mode, payload.roles, payload.kv_transfer)
         if payload.mode not in self.MODES:
             out.append(Diagnostic(code="engine-mode", path=("engine", "mode"), stage="lower",
                                   message=f"engine {self.NAME!r} does not run {payload.mode} "
                                   f"deployments (it runs: {', '.join(self.MODES)})"))
+        options, diags = self.structure_options(payload.engine_options)
+        out.extend(diags)
+        if options is not None:
+            out.extend(self.check_options(options))
         return out
 
     @abc.abstractmethod

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
 from servesim.engines.base import Engine, Progress, ReplayResult, Sink
 from servesim.engines.kernel.requests import Workload
 from servesim.payload import Payload
 from servesim.plugins.hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    from servesim.timing.registry import TimerFactory
+    from servesim.workloads.formats import TraceLoader
 
 
 class VllmEngine(Engine):
@@ -43,3 +50,17 @@ class DisaggEngine(Engine):
 @hookimpl
 def servesim_register_engines() -> list[type[Engine]]:
     return [VllmEngine, DisaggEngine]
+
+
+@hookimpl
+def servesim_register_timing_providers() -> Mapping[str, TimerFactory]:
+    from servesim.timing.registry import PROVIDERS
+
+    return PROVIDERS
+
+
+@hookimpl
+def servesim_register_trace_formats() -> Mapping[str, TraceLoader]:
+    from servesim.workloads.formats import BUILTIN_FORMATS
+
+    return BUILTIN_FORMATS

@@ -1,26 +1,40 @@
 """Hook specifications: the contract between servesim and its plugins.
 
 A plugin is a module (or object) with functions marked ``@servesim.hookimpl`` whose
-names match the specs below. Built-in engines register through the same hooks
-(:mod:`servesim.plugins.builtin`). External packages are found through the
-``servesim`` entry-point group::
+names match the specs below. Built-in engines, timing providers and trace formats
+register through the same hooks (:mod:`servesim.plugins.builtin`). External packages
+are found through the ``servesim`` entry-point group::
 
     [project.entry-points.servesim]
     my_engine = "my_engine.plugin"
 
+``SERVESIM_DISABLE_PLUGIN_AUTOLOAD=1`` turns entry-point loading off; ``servesim
+--plugin MODULE`` registers a module explicitly.
+
 servesim calls hooks with keyword arguments only; an implementation may accept a
 subset of the arguments a spec lists. Arguments may be added to a spec over time,
 never removed or renamed.
+
+Every registration hook is called once, when a registry is built
+(:meth:`servesim.plugins.manager.EngineRegistry.collect`), for every plugin. A name
+registered by two plugins is a fatal ``duplicate-*`` error naming both plugins and
+their packages; an exception raised by a hook (or later by what it registered: an
+engine's ``lower``/``validate_payload``/``replay``, a timing factory, a trace loader)
+is reported as a ``plugin-error`` diagnostic naming the plugin and the hook, not as
+a servesim crash.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import pluggy
 
 if TYPE_CHECKING:
     from servesim.engines.base import Engine
+    from servesim.timing.registry import TimerFactory
+    from servesim.workloads.formats import TraceLoader
 
 hookspec = pluggy.HookspecMarker("servesim")
 hookimpl = pluggy.HookimplMarker("servesim")
@@ -30,10 +44,56 @@ hookimpl = pluggy.HookimplMarker("servesim")
 def servesim_register_engines() -> list[type[Engine]]:
     """Return the engine classes this plugin provides.
 
-    Called once when an :class:`~servesim.plugins.manager.EngineRegistry` is built.
-    Each class must set a unique ``NAME`` (the value a payload's ``engine`` field
-    holds). Two plugins registering the same name is a fatal error naming both.
+    An engine is a subclass of :class:`~servesim.engines.base.Engine`:
+
+    - ``NAME``: the value of ``engine.engine`` in a config and of ``engine`` in a
+      payload; unique across all plugins.
+    - ``MODES``: the deployment modes it replays (``"aggregated"``,
+      ``"disaggregated"``).
+    - ``Options``: an attrs class, the schema of the engine's own ``[engine.options]``
+      table. It is structured with servesim's strict converter, so a wrong key or type
+      reads ``engine.options.<key>: ... [code]``; ``limits`` in field metadata (see
+      :func:`servesim.engines.base.option`) are range-checked; the schema appears in
+      ``servesim schema config``.
+    - ``lower(payload)``: the last compiler step, may return an evolved payload.
+    - ``validate_payload(payload)``: the shared rules plus the engine's own; runs at
+      compile time and again when a payload is replayed.
+    - ``replay(payload, workload, sink, progress=)``: the virtual-time replay.
 
     :return: a list of :class:`~servesim.engines.base.Engine` subclasses.
+    """
+    raise NotImplementedError
+
+
+@hookspec
+def servesim_register_timing_providers() -> Mapping[str, TimerFactory]:
+    """Return step-time providers by ``timing.type`` name.
+
+    A factory is called with the role's :class:`~servesim.payload.RoleArgs` when a
+    replay starts (``factory(role)``) and returns a
+    :class:`~servesim.timing.base.StepTimer`. It may raise
+    :class:`~servesim.errors.ReplayError` with diagnostics located at
+    ``engine.workers.<role>.timing``. The names become valid values of
+    ``[engine.workers.<role>.timing] type``.
+
+    :return: a mapping ``{type name: factory}``.
+    """
+    raise NotImplementedError
+
+
+@hookspec
+def servesim_register_trace_formats() -> Mapping[str, TraceLoader]:
+    """Return trace loaders by ``traffic.source.format`` name.
+
+    A loader is called with a :class:`~servesim.workloads.formats.TraceFile` (the
+    resolved path, the block size, whether the load replays timestamps, the speedup,
+    the request cap) and returns a :class:`~servesim.workloads.formats.TraceReader`:
+    ``sessions()`` yields the trace's sessions in file order (called at the start of
+    every replay), ``close()`` releases files. A malformed row should raise
+    :class:`~servesim.errors.WorkloadError` located ``file:line``.
+    :func:`servesim.workloads.formats.request_format` turns a plain function that
+    yields requests into a loader.
+
+    :return: a mapping ``{format name: loader}``.
     """
     raise NotImplementedError

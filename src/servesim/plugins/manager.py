@@ -1,23 +1,69 @@
-"""Plugin manager factory and the engine registry built from it. No global manager."""
+"""Plugin manager factory and the registry built from it. No global manager.
+
+:func:`get_plugin_manager` builds a fresh :class:`pluggy.PluginManager` with the
+built-ins, explicit plugins and (unless disabled) the ``servesim`` entry points.
+:meth:`EngineRegistry.collect` asks every plugin for its engines, timing providers and
+trace formats. Anything a third-party plugin raises - in a hook, or later in what it
+registered - becomes a :class:`PluginError` naming the plugin, its package and the hook.
+"""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
-from types import ModuleType
+import traceback
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from functools import partial
+from pathlib import Path
+from types import MappingProxyType, ModuleType
+from typing import TYPE_CHECKING, Any, Literal
 
+import attrs
 import pluggy
 
 from servesim.engines.base import Engine
 from servesim.errors import Diagnostic, ServesimError
 from servesim.plugins import hookspecs
 
+if TYPE_CHECKING:
+    from servesim.payload import RoleArgs
+    from servesim.timing.base import StepTimer
+    from servesim.timing.registry import TimerFactory
+    from servesim.workloads.formats import TraceLoader
+
 ENTRY_POINT_GROUP = "servesim"
 DISABLE_AUTOLOAD_ENV = "SERVESIM_DISABLE_PLUGIN_AUTOLOAD"
+BUILTIN = "servesim.builtin"
 
 
 class PluginError(ServesimError):
     """A plugin is broken (raised in a hook, registered a duplicate name, ...)."""
+
+
+@attrs.frozen
+class PluginSource:
+    """Where a registered plugin comes from (shown by ``servesim plugins`` and in errors)."""
+
+    name: str  # the plugin's name in the manager
+    kind: Literal["builtin", "entry-point", "module", "object"]
+    package: str | None = None  # "dist-name version" of an entry-point plugin
+
+    def describe(self) -> str:
+        if self.kind == "builtin":
+            from servesim import __version__
+
+            return f"servesim {__version__} (built-in)"
+        if self.kind == "entry-point":
+            return f"{self.package} (entry point {self.name!r})"
+        if self.kind == "module":
+            return f"module {self.name}"
+        return "object registered in-process"
+
+    def label(self) -> str:
+        """``'name' (package x.y)`` for messages."""
+        if self.kind == "entry-point":
+            return f"{self.name!r} (package {self.package})"
+        return repr(self.name)
 
 
 def get_plugin_manager(*, load_entrypoints: bool = True,
@@ -27,63 +73,269 @@ def get_plugin_manager(*, load_entrypoints: bool = True,
 
     pm = pluggy.PluginManager("servesim")
     pm.add_hookspecs(hookspecs)
-    pm.register(builtin, name="servesim.builtin")
+    pm.register(builtin, name=BUILTIN)
     for plugin in plugins:
-        pm.register(plugin)
+        name = getattr(plugin, "__name__", None) or repr(plugin)
+        if isinstance(plugin, ModuleType) and pm.has_plugin(plugin.__name__):
+            continue  # the same module given twice (or also loaded as an entry point)
+        try:
+            pm.register(plugin)
+        except Exception as exc:
+            raise PluginError([Diagnostic(
+                code="plugin-load-failed", location=f"plugin {name}",
+                message=f"cannot register plugin: {type(exc).__name__}: {exc}")]) from exc
     if load_entrypoints and not os.environ.get(DISABLE_AUTOLOAD_ENV):
         try:
             pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
         except Exception as exc:
-            raise PluginError([Diagnostic(code="plugin-load-failed", path=(),
-                                          message=f"loading a '{ENTRY_POINT_GROUP}' entry-point "
-                                          f"plugin failed: {type(exc).__name__}: {exc}")]) from exc
+            culprit = _unloaded_entry_point(pm)
+            raise PluginError([Diagnostic(
+                code="plugin-load-failed", location=f"plugin {culprit}",
+                message=f"loading the '{ENTRY_POINT_GROUP}' entry-point plugin failed: "
+                f"{type(exc).__name__}: {exc}",
+                hint=f"uninstall or fix the package, or set {DISABLE_AUTOLOAD_ENV}=1 to "
+                "skip entry-point plugins")]) from exc
     pm.check_pending()
     return pm
 
 
-class EngineRegistry:
-    """Engines by name, collected from ``servesim_register_engines`` of every plugin."""
+def _unloaded_entry_point(pm: pluggy.PluginManager) -> str:
+    """The first entry point pluggy did not register: the one whose loading failed."""
+    import importlib.metadata
 
-    def __init__(self, engines: dict[str, tuple[type[Engine], str]]) -> None:
+    for dist in importlib.metadata.distributions():
+        for ep in dist.entry_points:
+            if ep.group == ENTRY_POINT_GROUP and not pm.has_plugin(ep.name) \
+                    and not pm.is_blocked(ep.name):
+                return f"{ep.name!r} (package {dist.metadata['Name']} {dist.version})"
+    return "(unknown)"
+
+
+def plugin_sources(pm: pluggy.PluginManager) -> dict[str, PluginSource]:
+    """Every registered plugin's :class:`PluginSource`, by plugin name."""
+    dists = {id(plugin): f"{dist.project_name} {dist.version}"
+             for plugin, dist in pm.list_plugin_distinfo()}
+    out: dict[str, PluginSource] = {}
+    for name, plugin in pm.list_name_plugin():
+        if plugin is None:
+            continue
+        if name == BUILTIN:
+            out[name] = PluginSource(name, "builtin")
+        elif id(plugin) in dists:
+            out[name] = PluginSource(name, "entry-point", dists[id(plugin)])
+        elif isinstance(plugin, ModuleType):
+            out[name] = PluginSource(name, "module")
+        else:
+            out[name] = PluginSource(name, "object")
+    return out
+
+
+def plugin_failure(source: PluginSource, hook: str, exc: BaseException) -> PluginError:
+    """The error reported when plugin code raises: plugin, package, hook, innermost frame."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
+    error = PluginError([Diagnostic(
+        code="plugin-error", location=f"plugin {source.label()}",
+        message=f"raised in {hook}: {type(exc).__name__}: {exc}",
+        hint=f"this is a bug in the plugin{where}, not in servesim or your input; report it "
+        "to the plugin's authors")])
+    error.__cause__ = exc
+    return error
+
+
+@contextmanager
+def reported_as(source: PluginSource | None, hook: str) -> Iterator[None]:
+    """Turn an exception from third-party code into a :class:`PluginError`.
+
+    A :class:`ServesimError` (diagnostics the plugin raised on purpose) passes through; the
+    built-ins are not wrapped, so a bug in servesim keeps its traceback.
+    """
+    if source is None or source.kind == "builtin":
+        yield
+        return
+    try:
+        yield
+    except ServesimError:
+        raise
+    except Exception as exc:
+        raise plugin_failure(source, hook, exc) from exc
+
+
+def _call_each(pm: pluggy.PluginManager, hook: str,
+               sources: Mapping[str, PluginSource]) -> Iterator[tuple[PluginSource, Any]]:
+    """Call ``hook`` of every plugin in registration order (built-ins first), guarded."""
+    for impl in reversed(getattr(pm.hook, hook).get_hookimpls()):
+        source = sources.get(impl.plugin_name, PluginSource(impl.plugin_name, "object"))
+        with reported_as(source, hook):
+            result = impl.function()
+        if result is not None:
+            yield source, result
+
+
+def _duplicate(kind: str, name: str, first: PluginSource, second: PluginSource) -> PluginError:
+    return PluginError([Diagnostic(
+        code=f"duplicate-{kind.replace(' ', '-')}", location=f"plugin {second.label()}",
+        message=f"{kind} name {name!r} is registered by both {first.label()} and "
+        f"{second.label()}", hint="uninstall one of the packages, or disable autoloading "
+        f"({DISABLE_AUTOLOAD_ENV}=1) and pick plugins with --plugin")])
+
+
+def _bad_registration(source: PluginSource, hook: str, message: str) -> PluginError:
+    return PluginError([Diagnostic(code="plugin-bad-registration",
+                                   location=f"plugin {source.label()}",
+                                   message=f"{hook} {message}")])
+
+
+class EngineRegistry:
+    """What the plugins registered: engines, timing providers and trace formats, by name.
+
+    Each entry remembers the :class:`PluginSource` that registered it. Third-party timing
+    factories and trace loaders are handed out wrapped, so an exception inside them is
+    reported with the plugin's name.
+    """
+
+    def __init__(self, engines: dict[str, tuple[type[Engine], str]],
+                 timing: Mapping[str, tuple[TimerFactory, str]] | None = None,
+                 formats: Mapping[str, tuple[TraceLoader, str]] | None = None,
+                 sources: Mapping[str, PluginSource] | None = None) -> None:
         self._engines = engines
+        self._timing = dict(timing or {})
+        self._formats = dict(formats or {})
+        self._sources = dict(sources or {})
 
     @classmethod
     def collect(cls, pm: pluggy.PluginManager) -> EngineRegistry:
+        sources = plugin_sources(pm)
         engines: dict[str, tuple[type[Engine], str]] = {}
-        for impl in pm.hook.servesim_register_engines.get_hookimpls():
-            plugin_name = impl.plugin_name
-            try:
-                classes: list[type[Engine]] = list(impl.function())  # type: ignore[call-overload]
-            except Exception as exc:
-                raise PluginError([Diagnostic(
-                    code="plugin-hook-failed", path=(),
-                    message=f"plugin {plugin_name!r} raised in servesim_register_engines: "
-                    f"{type(exc).__name__}: {exc}")]) from exc
-            for engine_cls in classes or ():
+        hook = "servesim_register_engines"
+        for source, classes in _call_each(pm, hook, sources):
+            for engine_cls in classes:
                 name = getattr(engine_cls, "NAME", None)
+                if not (isinstance(engine_cls, type) and issubclass(engine_cls, Engine)):
+                    raise _bad_registration(source, hook, f"returned {engine_cls!r}, not an "
+                                            "Engine subclass")
                 if not isinstance(name, str) or not name:
-                    raise PluginError([Diagnostic(
-                        code="plugin-engine-name", path=(),
-                        message=f"plugin {plugin_name!r} registered {engine_cls!r} without a "
-                        "NAME")])
+                    raise _bad_registration(source, hook, f"registered {engine_cls!r} "
+                                            "without a NAME")
                 if name in engines:
-                    other = engines[name][1]
-                    raise PluginError([Diagnostic(
-                        code="duplicate-engine", path=(),
-                        message=f"engine name {name!r} is registered by both {other!r} and "
-                        f"{plugin_name!r}")])
-                engines[name] = (engine_cls, plugin_name)
-        return cls(engines)
+                    raise _duplicate("engine", name, sources[engines[name][1]], source)
+                engines[name] = (engine_cls, source.name)
+        timing = cls._named(pm, "servesim_register_timing_providers", "timing provider",
+                            sources)
+        formats = cls._named(pm, "servesim_register_trace_formats", "trace format", sources)
+        return cls(engines, timing, formats, sources)
+
+    @staticmethod
+    def _named(pm: pluggy.PluginManager, hook: str, kind: str,
+               sources: Mapping[str, PluginSource]) -> dict[str, tuple[Any, str]]:
+        out: dict[str, tuple[Any, str]] = {}
+        for source, mapping in _call_each(pm, hook, sources):
+            if not isinstance(mapping, Mapping):
+                raise _bad_registration(source, hook, f"returned {type(mapping).__name__}, "
+                                        "expected a mapping of name to callable")
+            for name, value in mapping.items():
+                if not isinstance(name, str) or not name or not callable(value):
+                    raise _bad_registration(source, hook, f"registered {name!r}: {value!r}; "
+                                            "expected a nonempty name and a callable")
+                if name in out:
+                    raise _duplicate(kind, name, sources[out[name][1]], source)
+                out[name] = (value, source.name)
+        return out
+
+    # -- engines --------------------------------------------------------------------------
 
     def names(self) -> list[str]:
         return sorted(self._engines)
 
     def get(self, name: str) -> Engine | None:
         entry = self._engines.get(name)
-        return entry[0]() if entry else None
+        if entry is None:
+            return None
+        with self.guard(name, f"{entry[0].__qualname__}()"):
+            return entry[0]()
+
+    def engine_class(self, name: str) -> type[Engine] | None:
+        entry = self._engines.get(name)
+        return entry[0] if entry else None
 
     def origin(self, name: str) -> str:
+        """The name of the plugin that registered engine ``name``."""
         return self._engines[name][1]
+
+    def source(self, plugin: str) -> PluginSource:
+        return self._sources.get(plugin, PluginSource(plugin, "object"))
 
     def items(self) -> list[tuple[str, type[Engine], str]]:
         return [(n, c, o) for n, (c, o) in sorted(self._engines.items())]
+
+    @contextmanager
+    def guard(self, engine: str, hook: str) -> Iterator[None]:
+        """Report an exception raised by engine ``engine``'s code in ``hook`` as a PluginError."""
+        entry = self._engines.get(engine)
+        with reported_as(self.source(entry[1]) if entry else None, hook):
+            yield
+
+    # -- timing providers and trace formats -----------------------------------------------
+
+    @property
+    def timing_providers(self) -> Mapping[str, TimerFactory]:
+        """``{timing.type: factory}``; third-party factories are wrapped (see class doc)."""
+        return MappingProxyType({name: self._guarded_timer(name, factory, plugin)
+                                 for name, (factory, plugin) in self._timing.items()})
+
+    @property
+    def trace_formats(self) -> Mapping[str, TraceLoader]:
+        """``{traffic.source.format: loader}``; third-party loaders are wrapped."""
+        from servesim.workloads.formats import guarded_loader
+
+        out: dict[str, TraceLoader] = {}
+        for name, (loader, plugin) in self._formats.items():
+            source = self.source(plugin)
+            out[name] = loader if source.kind == "builtin" else guarded_loader(
+                loader, partial(reported_as, source), f"trace format {name!r}")
+        return MappingProxyType(out)
+
+    def timing_items(self) -> list[tuple[str, Callable[..., Any], str]]:
+        return [(n, f, o) for n, (f, o) in sorted(self._timing.items())]
+
+    def format_items(self) -> list[tuple[str, Callable[..., Any], str]]:
+        return [(n, f, o) for n, (f, o) in sorted(self._formats.items())]
+
+    def _guarded_timer(self, name: str, factory: TimerFactory, plugin: str) -> TimerFactory:
+        source = self.source(plugin)
+        if source.kind == "builtin":
+            return factory
+
+        def make(role: RoleArgs) -> StepTimer:
+            with reported_as(source, f"timing provider {name!r}"):
+                timer = factory(role)
+            return _GuardedTimer(timer, source, f"timing provider {name!r}")
+
+        return make
+
+
+class _GuardedTimer:
+    """A third-party :class:`StepTimer` whose exceptions name the plugin."""
+
+    __slots__ = ("_hook", "_source", "_timer")
+
+    def __init__(self, timer: StepTimer, source: PluginSource, hook: str) -> None:
+        self._timer, self._source, self._hook = timer, source, hook
+
+    def prefill_ms(self, batch: int, mean_isl: float, mean_prefix: float) -> float:
+        try:
+            return self._timer.prefill_ms(batch, mean_isl, mean_prefix)
+        except ServesimError:
+            raise
+        except Exception as exc:
+            raise plugin_failure(self._source, f"{self._hook} prefill_ms", exc) from exc
+
+    def decode_ms(self, batch: int, active_kv_tokens: int, mean_context: float,
+                  total_kv_tokens: int) -> float:
+        try:
+            return self._timer.decode_ms(batch, active_kv_tokens, mean_context,
+                                         total_kv_tokens)
+        except ServesimError:
+            raise
+        except Exception as exc:
+            raise plugin_failure(self._source, f"{self._hook} decode_ms", exc) from exc

@@ -12,9 +12,12 @@ import json
 import types
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin, get_type_hints
 
 import attrs
+
+if TYPE_CHECKING:
+    from servesim.plugins.manager import EngineRegistry
 
 FILES = {"config": "config.schema.json", "payload": "payload.v1.schema.json"}
 
@@ -25,27 +28,63 @@ def load_schema(which: str) -> dict[str, Any]:
     return data
 
 
-def generate(which: str) -> dict[str, Any]:
+def generate(which: str, registry: EngineRegistry | None = None) -> dict[str, Any]:
+    """The schema of ``which``; the config's engine options come from ``registry``.
+
+    The committed files are generated with the built-in plugins only (``registry=None``).
+    """
     from servesim.compiler.model.parsed import ParsedConfig
     from servesim.payload import SCHEMA_VERSION, Payload
 
     root = ParsedConfig if which == "config" else Payload
     defs: dict[str, Any] = {}
-    schema = _class_schema(root, defs)
+    # TOML has no null: an optional config key is simply absent. A payload is JSON and
+    # writes absent optional values as null.
+    schema = _class_schema(root, defs, nullable=which == "payload")
     title = "servesim config" if which == "config" else f"servesim payload v{SCHEMA_VERSION}"
     out = {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": title,
            **schema, "$defs": defs}
     if which == "payload":
         out["properties"]["schema_version"] = {"const": SCHEMA_VERSION}
+    else:
+        add_engine_options(out, registry)
     return out
 
 
-def _class_schema(cls: type, defs: dict[str, Any]) -> dict[str, Any]:
+def add_engine_options(schema: dict[str, Any], registry: EngineRegistry | None = None) -> None:
+    """Constrain ``engine.options`` by the selected engine's ``Options`` (in place).
+
+    ``$defs["options.<engine>"]`` is each registered engine's options schema, applied
+    with ``if engine == <name> then options: <schema>``.
+    """
+    if registry is None:
+        from servesim.plugins.manager import EngineRegistry, get_plugin_manager
+
+        registry = EngineRegistry.collect(get_plugin_manager(load_entrypoints=False))
+    defs = schema["$defs"]
+    engine = defs["Engine"]
+    engine["properties"]["engine"] = {
+        "type": "string", "description": "the replay engine, a registered name (default: "
+        "\"vllm\", or \"disagg\" in disaggregated mode); registered: "
+        + ", ".join(registry.names())}
+    engine["properties"]["options"] = {
+        "type": "object", "description": "the selected engine's own options"}
+    branches = []
+    for name, cls, _plugin in registry.items():
+        defs[f"options.{name}"] = _class_schema(cls.Options, defs, defaults=True)
+        branches.append({"if": {"properties": {"engine": {"const": name}},
+                                "required": ["engine"]},
+                         "then": {"properties": {"options": {"$ref": f"#/$defs/options.{name}"}}}})
+    engine["allOf"] = branches
+
+
+def _class_schema(cls: type, defs: dict[str, Any], *, defaults: bool = False,
+                  nullable: bool = False) -> dict[str, Any]:
     hints = get_type_hints(cls)
     props: dict[str, Any] = {}
     required = []
     for f in attrs.fields(cls):
-        s = _type_schema(hints[f.name], defs)
+        s = _type_schema(hints[f.name], defs, nullable)
         lo, hi = f.metadata.get("lo"), f.metadata.get("hi")
         target = s.get("items", s) if s.get("type") == "array" else s
         for branch in target.get("anyOf", [target]):
@@ -54,6 +93,10 @@ def _class_schema(cls: type, defs: dict[str, Any]) -> dict[str, Any]:
                     branch["exclusiveMinimum" if f.metadata.get("lo_open") else "minimum"] = lo
                 if hi is not None:
                     branch["maximum"] = hi
+        if f.metadata.get("help"):
+            s["description"] = f.metadata["help"]
+        if defaults and isinstance(f.default, (bool, int, float, str)):
+            s["default"] = f.default
         props[f.name] = s
         if f.default is attrs.NOTHING:
             required.append(f.name)
@@ -65,24 +108,25 @@ def _class_schema(cls: type, defs: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _type_schema(tp: Any, defs: dict[str, Any]) -> dict[str, Any]:
+def _type_schema(tp: Any, defs: dict[str, Any], nullable: bool) -> dict[str, Any]:
     origin = get_origin(tp)
     if origin in (Union, types.UnionType):
         members = [a for a in get_args(tp) if a is not type(None)]
-        if len(members) == 1:
-            return _type_schema(members[0], defs)
-        return {"anyOf": [_type_schema(m, defs) for m in members]}
+        schemas = [_type_schema(m, defs, nullable) for m in members]
+        if nullable and len(members) < len(get_args(tp)):
+            schemas.append({"type": "null"})
+        return schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
     if origin is Literal:
         return {"enum": list(get_args(tp))}
     if origin is list or (origin is tuple and get_args(tp)[-1] is Ellipsis):
-        return {"type": "array", "items": _type_schema(get_args(tp)[0], defs)}
+        return {"type": "array", "items": _type_schema(get_args(tp)[0], defs, nullable)}
     if origin is dict:
         _key, value = get_args(tp)
-        return {"type": "object", "additionalProperties": _type_schema(value, defs)}
+        return {"type": "object", "additionalProperties": _type_schema(value, defs, nullable)}
     if attrs.has(tp):
         if tp.__name__ not in defs:
             defs[tp.__name__] = {}
-            defs[tp.__name__] = _class_schema(tp, defs)
+            defs[tp.__name__] = _class_schema(tp, defs, nullable=nullable)
         return {"$ref": f"#/$defs/{tp.__name__}"}
     simple = {int: "integer", float: "number", str: "string", bool: "boolean"}
     if tp in simple:

@@ -6,7 +6,9 @@ analytical default model, measured tables) is one more entry with the same signa
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from types import MappingProxyType
 
 from servesim.errors import Diagnostic, ReplayError
@@ -65,12 +67,29 @@ PROVIDERS: Mapping[str, TimerFactory] = MappingProxyType(
 )
 
 
+# Providers registered by plugins for the replay in progress (set by servesim.replay);
+# a context variable, so concurrent replays with different registries do not mix.
+_ACTIVE: ContextVar[Mapping[str, TimerFactory] | None] = ContextVar(
+    "servesim_timing_providers", default=None)
+
+
+@contextmanager
+def use_providers(providers: Mapping[str, TimerFactory]) -> Iterator[None]:
+    """Within the block, :func:`make_timer` looks up ``providers`` (a plugin registry's)."""
+    token = _ACTIVE.set(providers)
+    try:
+        yield
+    finally:
+        _ACTIVE.reset(token)
+
+
 def make_timer(role: RoleArgs) -> StepTimer:
     """The step timer of ``role``; a :class:`ReplayError` if its provider is unavailable."""
-    factory = PROVIDERS.get(role.timing.type)
+    providers = _ACTIVE.get() or PROVIDERS
+    factory = providers.get(role.timing.type)
     if factory is None:
         message = f"unknown timing type {role.timing.type!r}; expected one of " + ", ".join(
-            sorted(PROVIDERS)
+            sorted(providers)
         )
         raise ReplayError(
             [Diagnostic(code="timing-unavailable", message=message,

@@ -20,10 +20,9 @@ from servesim.workloads.driver import (
     constant_arrivals,
     poisson_arrivals,
 )
+from servesim.workloads.formats import BUILTIN_FORMATS, TraceFile, TraceLoader
 from servesim.workloads.mooncake import (
-    MooncakeReader,
     TraceRow,
-    count_session_rows,
     iter_trace_rows,
     trace_sha256,
     validate_trace,
@@ -40,7 +39,6 @@ from servesim.workloads.spec import (
     parse_workload_spec,
 )
 from servesim.workloads.synthetic import synthetic_requests, synthetic_sessions
-from servesim.workloads.trace import trace_sessions
 
 __all__ = [
     "SessionWorkload",
@@ -77,14 +75,17 @@ def _plan(spec: WorkloadSpec) -> ArrivalPlan:
     return OpenLoop(lambda: constant_arrivals(rate))
 
 
-def build_workload(spec: Mapping[str, Any], *, base_dir: Path | None = None) -> SessionWorkload:
+def build_workload(spec: Mapping[str, Any], *, base_dir: Path | None = None,
+                   formats: Mapping[str, TraceLoader] | None = None) -> SessionWorkload:
     """The workload a payload describes (see :mod:`servesim.workloads.spec` for the dict).
 
-    Trace paths are relative to ``base_dir``. Trace rows are read lazily during replay, so
-    a malformed row raises :class:`WorkloadError` (located ``file:line``) when it is
-    reached; call :func:`validate_trace` first for an upfront check.
+    Trace paths are relative to ``base_dir``. ``formats`` are the trace loaders by name
+    (a plugin registry's ``trace_formats``; default: the built-in Mooncake formats). Trace
+    rows are read lazily during replay, so a malformed row raises :class:`WorkloadError`
+    (located ``file:line``) when it is reached; call :func:`validate_trace` first for an
+    upfront check.
     """
-    parsed = parse_workload_spec(spec)
+    parsed = parse_workload_spec(spec, formats=None if formats is None else tuple(formats))
     source, stop = parsed.source, parsed.stop
     plan = _plan(parsed)
     units: Callable[[], Iterator[Session]]
@@ -96,13 +97,14 @@ def build_workload(spec: Mapping[str, Any], *, base_dir: Path | None = None) -> 
         seed = load.seed if isinstance(load, RateLoad) else DEFAULT_POISSON_SEED
         units = lambda: synthetic_sessions(source, seed)  # noqa: E731
     else:
-        units, on_close = _trace_units(source, parsed, base_dir)
+        units, on_close = _trace_units(source, parsed, base_dir, formats)
     return SessionWorkload(units, plan, max_sessions=stop.sessions, max_requests=stop.requests,
                            max_time_ms=stop.max_time_ms, on_close=on_close)
 
 
 def _trace_units(
-    source: TraceSource, spec: WorkloadSpec, base_dir: Path | None
+    source: TraceSource, spec: WorkloadSpec, base_dir: Path | None,
+    formats: Mapping[str, TraceLoader] | None,
 ) -> tuple[Callable[[], Iterator[Session]], Callable[[], None]]:
     path = resolve_trace_path(source.path, base_dir)
     if not path.is_file():
@@ -110,24 +112,11 @@ def _trace_units(
                                         location=source.path,
                                         hint="check traffic.source.path (relative paths are "
                                              "relative to the config file)")])
-    timestamps = isinstance(spec.load, TimestampLoad)
-    speedup = spec.load.speedup if isinstance(spec.load, TimestampLoad) else 1.0
-    readers: list[MooncakeReader] = []
-    counts: dict[str, int] | None = None
-
-    def close() -> None:
-        while readers:
-            readers.pop().close()
-
-    def units() -> Iterator[Session]:
-        nonlocal counts
-        if counts is None:
-            counts = count_session_rows(path)
-        close()
-        reader = MooncakeReader(path, source.path, source.block_size,
-                                require_timestamps=timestamps, max_rows=spec.stop.requests,
-                                session_rows=counts)
-        readers.append(reader)
-        return trace_sessions(reader, speedup=speedup, delta=source.format == "mooncake-delta")
-
-    return units, close
+    load = spec.load
+    timestamps = isinstance(load, TimestampLoad)
+    loader = (BUILTIN_FORMATS if formats is None else formats)[source.format]
+    reader = loader(TraceFile(path=path, name=source.path, format=source.format,
+                              block_size=source.block_size, use_timestamps=timestamps,
+                              speedup=load.speedup if isinstance(load, TimestampLoad) else 1.0,
+                              max_requests=spec.stop.requests))
+    return reader.sessions, reader.close

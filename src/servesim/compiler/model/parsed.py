@@ -97,9 +97,11 @@ class KvCache:
 
 @attrs.frozen
 class Timing:
-    type: Literal["default", "fixed", "polynomial", "table"] | None = None
-    prefill_ms: float | None = nonneg(1e9)
-    decode_ms: float | None = nonneg(1e9)
+    # a registered timing provider: built-in "default", "fixed", "polynomial", "table",
+    # or a plugin's; checked against the registry by the parse pass
+    type: str | None = None
+    prefill_ms: float | None = nonneg(STEP_MS)
+    decode_ms: float | None = nonneg(STEP_MS)
     path: str | None = None
 
 
@@ -152,6 +154,10 @@ class Engine:
     kvcache_quant_mode: QuantMode | None = None
     gemm_quant_mode: QuantMode | None = None
     afd: dict[str, Any] | None = None  # not supported: diagnosed by the parse pass
+    # the replay engine by registered name (default: "vllm", or "disagg" in disaggregated
+    # mode) and its own options, structured by the engine's Options class
+    engine: str | None = None
+    options: dict[str, Any] | None = None
 
 
 @attrs.frozen
@@ -165,15 +171,15 @@ class Session:
 @attrs.frozen
 class Source:
     type: Literal["synthetic", "synthetic-session", "trace"] | None = None
-    input_tokens: int | None = positive(2**24)
-    output_tokens: int | None = nonneg(2**24)
-    cached_prefix_tokens: int | None = nonneg(2**24)
-    new_input_tokens_per_turn: int | None = positive(2**24)
-    output_tokens_per_turn: int | None = nonneg(2**24)
+    input_tokens: int | None = positive(TOKENS)
+    output_tokens: int | None = nonneg(TOKENS)
+    cached_prefix_tokens: int | None = nonneg(TOKENS)
+    new_input_tokens_per_turn: int | None = positive(TOKENS)
+    output_tokens_per_turn: int | None = nonneg(TOKENS)
     session: Session | None = None
     paths: list[str] | None = None
-    format: Literal["mooncake"] | None = None
-    block_size: int | None = positive(2**20)
+    format: str | None = None  # a registered trace format; checked by the parse pass
+    block_size: int | None = positive(BLOCK_SIZE)
 
 
 @attrs.frozen

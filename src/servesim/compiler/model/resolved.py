@@ -38,6 +38,7 @@ class ResolvedConfig:
     sla: SlaArgs | None = None
     provenance: dict[str, Provenance] = attrs.field(factory=dict)
     metadata: dict[str, Any] = attrs.field(factory=dict)
+    engine_options: dict[str, Any] = attrs.field(factory=dict)  # the engine's, defaults applied
 
 
 @attrs.frozen

@@ -1,8 +1,10 @@
 """Pass 4: lower.
 
 Requires: a :class:`ValidatedConfig`.
-Establishes: a versioned :class:`Payload` for the engine the mode selects, accepted by
-that engine's own payload check (the same shared rules plus anything engine-specific).
+Establishes: a versioned :class:`Payload` for the engine the config selects
+(``engine.engine``, default by mode) with its structured options, passed through the
+engine's ``lower`` and accepted by its payload check (the same shared rules plus anything
+engine-specific).
 The engine is looked up in the plugin registry, so the compiler names no engine class.
 """
 
@@ -25,15 +27,18 @@ def lower(cfg: ValidatedConfig, ctx: CompileContext) -> Payload:
     }
     payload = Payload(engine=r.engine, mode=r.mode, roles=dict(r.roles), workload=r.workload,
                       kv_transfer=r.kv_transfer, sla=r.sla, provenance=provenance,
-                      servesim_version=__version__)
+                      engine_options=dict(r.engine_options), servesim_version=__version__)
     if ctx.registry is not None:
         engine = ctx.registry.get(r.engine)
         if engine is None:
             raise CompileError([Diagnostic(
-                code="unknown-engine", path=("engine", "mode"), stage="lower",
+                code="unknown-engine", path=("engine", "engine"), stage="lower",
                 message=f"no engine named {r.engine!r} is registered (registered: "
                 f"{', '.join(sorted(ctx.registry.names())) or 'none'})")])
-        diags = engine.validate_payload(payload)
+        with ctx.registry.guard(r.engine, f"{type(engine).__qualname__}.lower"):
+            payload = engine.lower(payload)
+        with ctx.registry.guard(r.engine, f"{type(engine).__qualname__}.validate_payload"):
+            diags = engine.validate_payload(payload)
         if diags:
             raise CompileError(diags)
     return payload

@@ -3,8 +3,10 @@
 Requires: a TOML document (:class:`SourceText`).
 Establishes: a :class:`ParsedConfig` whose values have the right types and ranges and
 whose *authored shape* is consistent (roles match the mode, capacity keys match the
-capacity type, load keys match the load type, ...). Rules that need resolved geometry
-run later, in :mod:`servesim.rules`.
+capacity type, load keys match the load type, ...), and whose plugin-defined values
+(``engine.engine``, ``[engine.options]``, timing types, trace formats) are registered
+and well-typed (:mod:`servesim.compiler.plugin_sections`). Rules that need resolved
+geometry run later, in :mod:`servesim.rules`.
 
 Example: ``[engine] model = "Qwen/Qwen3-32B"`` with ``hardware = "h200_sxm"`` and
 ``[engine.workers.aggregated]`` parses; the same with ``[engine.workers.decode]`` added
@@ -25,6 +27,7 @@ from servesim.compiler.model.parsed import (
     Traffic,
     Worker,
 )
+from servesim.compiler.plugin_sections import check_plugin_sections, registry_of
 from servesim.compiler.source import SourceText, load_toml
 from servesim.converter import check_limits, make_converter, structure
 from servesim.errors import CompileError, Diagnostic, Path
@@ -36,7 +39,8 @@ def parse(source: SourceText, ctx: CompileContext) -> ParsedConfig:
     cfg, diags = structure(make_converter(), data, ParsedConfig)
     if cfg is None:
         raise CompileError([_staged(d) for d in diags])
-    diags = check_limits(cfg) + list(check_shape(cfg))
+    diags = check_limits(cfg) + list(check_shape(cfg)) \
+        + check_plugin_sections(cfg, registry_of(ctx))
     if diags:
         raise CompileError([_staged(d) for d in diags])
     return cfg

@@ -37,6 +37,7 @@ from servesim.compiler.model.parsed import (
     Worker,
 )
 from servesim.compiler.model.resolved import Origin, Provenance, ResolvedConfig
+from servesim.compiler.plugin_sections import resolve_engine_options
 from servesim.errors import CompileError, Diagnostic, Path, format_path
 from servesim.payload import (
     KvTransferArgs,
@@ -84,6 +85,10 @@ def resolve_geometry(cfg: ParsedConfig, ctx: CompileContext) -> ResolvedConfig:
     mode: Literal["aggregated", "disaggregated"] = (
         "disaggregated" if e.mode == "disaggregated" else "aggregated")
     rec.pick(("engine", "mode"), e.mode, "aggregated")
+    engine, engine_options, authored = resolve_engine_options(cfg, ctx)
+    rec.pick(("engine", "engine"), e.engine, engine, f"the {mode} default")
+    for key, was_authored in authored.items():
+        rec.note(("engine", "options", key), "authored" if was_authored else "defaulted")
     backend: Backend = rec.pick(("engine", "backend"), e.backend, "vllm")
     model = _lookup(rec, ("engine", "model"), e.model, catalog.load_model)
     if model is not None:
@@ -121,7 +126,7 @@ def resolve_geometry(cfg: ParsedConfig, ctx: CompileContext) -> ResolvedConfig:
         sla = SlaArgs(ttft_ms=s.ttft_ms, itl_ms=s.itl_ms, e2e_ms=s.e2e_ms)
     if rec.diagnostics:
         raise CompileError(rec.diagnostics)
-    return ResolvedConfig(parsed=cfg, engine="disagg" if mode == "disaggregated" else "vllm",
+    return ResolvedConfig(parsed=cfg, engine=engine, engine_options=engine_options,
                           mode=mode, roles=roles, workload=workload, kv_transfer=kv_transfer,
                           sla=sla, provenance=rec.provenance, metadata=metadata)
 

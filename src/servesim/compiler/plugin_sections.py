@@ -1,0 +1,110 @@
+"""The parts of a config whose valid values come from plugins, checked against the registry.
+
+``engine.engine`` names a registered engine (default ``vllm``, or ``disagg`` in
+disaggregated mode) that must run the deployment's mode; ``[engine.options]`` is
+structured by that engine's ``Options`` class with the same converter as the rest of the
+config, so its errors read ``engine.options.<key>: ... [code]``; ``timing.type`` and
+``traffic.source.format`` name registered timing providers and trace formats.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import cattrs
+
+from servesim.compiler.context import CompileContext
+from servesim.compiler.model.parsed import Engine as ParsedEngine
+from servesim.compiler.model.parsed import ParsedConfig
+from servesim.errors import CompileError, Diagnostic, Path
+from servesim.plugins.manager import EngineRegistry, get_plugin_manager
+
+DEFAULT_ENGINE = {"aggregated": "vllm", "disaggregated": "disagg"}
+ENGINE_PATH: Path = ("engine", "engine")
+
+
+def selected_engine(e: ParsedEngine) -> str:
+    """The engine a config selects: ``engine.engine``, else the mode's default."""
+    if e.engine is not None:
+        return e.engine
+    return DEFAULT_ENGINE["disaggregated" if e.mode == "disaggregated" else "aggregated"]
+
+
+def registry_of(ctx: CompileContext) -> EngineRegistry:
+    """The context's registry; without one, the built-ins only."""
+    if ctx.registry is not None:
+        return ctx.registry
+    return EngineRegistry.collect(get_plugin_manager(load_entrypoints=False))
+
+
+def _unknown(code: str, path: Path, kind: str, name: str, known: Iterable[str]) -> Diagnostic:
+    known = sorted(known)
+    close = difflib.get_close_matches(name, known, n=1)
+    return Diagnostic(code=code, path=path,
+                      message=f"unknown {kind} {name!r} (registered: {', '.join(known) or 'none'})",
+                      hint=f"did you mean {close[0]!r}?" if close else
+                      "is the plugin that provides it installed? `servesim plugins` lists them")
+
+
+def check_plugin_sections(cfg: ParsedConfig, registry: EngineRegistry) -> list[Diagnostic]:
+    """Every problem with the plugin-defined parts of ``cfg`` (parse stage)."""
+    return list(_engine(cfg.engine, registry)) + list(_timing(cfg, registry)) \
+        + list(_trace_format(cfg, registry))
+
+
+def _engine(e: ParsedEngine, registry: EngineRegistry) -> Iterator[Diagnostic]:
+    name = selected_engine(e)
+    cls = registry.engine_class(name)
+    if cls is None:
+        yield _unknown("unknown-engine", ENGINE_PATH, "engine", name, registry.names())
+        return
+    mode = e.mode or "aggregated"
+    if mode in DEFAULT_ENGINE and mode not in cls.MODES:
+        yield Diagnostic(code="engine-mode", path=ENGINE_PATH if e.engine else ("engine", "mode"),
+                         message=f"engine {name!r} does not run {mode} deployments (it runs: "
+                         f"{', '.join(cls.MODES)})")
+    with registry.guard(name, f"{cls.__qualname__}.Options"):
+        options, diags = cls.structure_options(e.options)
+    yield from diags
+    if options is not None:
+        engine = registry.get(name)
+        assert engine is not None
+        with registry.guard(name, f"{cls.__qualname__}.check_options"):
+            yield from engine.check_options(options)
+
+
+def _timing(cfg: ParsedConfig, registry: EngineRegistry) -> Iterator[Diagnostic]:
+    known = registry.timing_providers
+    for role in ("aggregated", "prefill", "decode"):
+        worker = getattr(cfg.engine.workers, role)
+        kind = worker.timing.type if worker is not None and worker.timing is not None else None
+        if kind is not None and kind not in known:
+            yield _unknown("unknown-timing", ("engine", "workers", role, "timing", "type"),
+                           "timing type", kind, known)
+
+
+def _trace_format(cfg: ParsedConfig, registry: EngineRegistry) -> Iterator[Diagnostic]:
+    source = cfg.traffic.source if cfg.traffic is not None else None
+    if source is not None and source.format is not None \
+            and source.format not in registry.trace_formats:
+        yield _unknown("unknown-trace-format", ("traffic", "source", "format"), "trace format",
+                       source.format, registry.trace_formats)
+
+
+def resolve_engine_options(cfg: ParsedConfig, ctx: CompileContext) -> tuple[
+        str, dict[str, Any], dict[str, bool]]:
+    """The engine name, its options (defaults applied, JSON-ready) and which were authored."""
+    registry = registry_of(ctx)
+    name = selected_engine(cfg.engine)
+    cls = registry.engine_class(name)
+    if cls is None:  # the parse pass reported it; reached only by a direct caller
+        raise CompileError([_unknown("unknown-engine", ENGINE_PATH, "engine", name,
+                                     registry.names())])
+    options, diags = cls.structure_options(cfg.engine.options)
+    if diags:
+        raise CompileError(diags)
+    data: dict[str, Any] = cattrs.Converter().unstructure(options)
+    authored = cfg.engine.options or {}
+    return name, data, {key: key in authored for key in data}
