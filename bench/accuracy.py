@@ -9,7 +9,9 @@ a closed loop of ``concurrency`` requests with fixed ISL/OSL through the vLLM en
 (``servesim.engines.vllm``) priced by the analytical timer with the row's model, GPU,
 parallelism and weight precision. ``--waves`` x concurrency requests are replayed
 (fewer when that exceeds ``--max-tokens`` output tokens, at least one wave); TTFT and
-TPOT are means over completed requests, as in the measurements.
+TPOT are means over the second wave's requests (which live entirely in a full loop; the
+first wave ramps up, the last drains), or over all completed requests when fewer than two
+waves fit the budget.
 
 Steady-state start: the first wave arrives spread over one estimated request lifetime
 instead of all at t=0 (see ``calib.StaggeredClosedLoop``); a benchmark that has been
