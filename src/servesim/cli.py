@@ -200,9 +200,8 @@ def _plugins(args: argparse.Namespace, registry: EngineRegistry, out: Console,
     if args.format == "json":
         sys.stdout.write(json.dumps(rows, indent=2) + "\n")
         return EXIT_OK
-    from rich.table import Table
-
     from rich import box
+    from rich.table import Table
     from rich.text import Text
 
     table = Table("kind", "name", "modes", "registered by", "description", box=box.SIMPLE_HEAD)

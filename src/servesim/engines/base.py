@@ -76,6 +76,11 @@ class Engine(abc.ABC):
 
         if data is None:
             data = {}
+        if isinstance(data, dict) and data and not attrs.fields(cls.Options):
+            return None, [Diagnostic(code="unknown-key", path=(*OPTIONS_PATH, key),
+                                     message=f"unknown key '{key}' (engine "
+                                     f"{getattr(cls, 'NAME', cls.__name__)!r} has no options)")
+                          for key in data]
         options, diags = structure(make_converter(), data, cls.Options, OPTIONS_PATH)
         if options is None:
             return None, diags

@@ -164,7 +164,7 @@ def reported_as(source: PluginSource | None, hook: str) -> Iterator[None]:
 def _call_each(pm: pluggy.PluginManager, hook: str,
                sources: Mapping[str, PluginSource]) -> Iterator[tuple[PluginSource, Any]]:
     """Call ``hook`` of every plugin in registration order (built-ins first), guarded."""
-    for impl in reversed(getattr(pm.hook, hook).get_hookimpls()):
+    for impl in getattr(pm.hook, hook).get_hookimpls():
         source = sources.get(impl.plugin_name, PluginSource(impl.plugin_name, "object"))
         with reported_as(source, hook):
             result = impl.function()

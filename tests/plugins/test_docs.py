@@ -1,0 +1,46 @@
+"""docs/plugins.md documents every hook with its exact signature, and every fixture."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from pathlib import Path
+
+import pytest
+
+from servesim.plugins import hookspecs
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "plugins.md"
+HOOKS = sorted(name for name in vars(hookspecs) if name.startswith("servesim_"))
+
+
+def _signature(name: str) -> str:
+    fn = getattr(hookspecs, name)
+    params = ", ".join(str(p) for p in inspect.signature(fn).parameters.values())
+    return f"def {name}({params}) -> {fn.__annotations__['return']}"
+
+
+def test_there_are_hooks() -> None:
+    assert HOOKS == ["servesim_register_engines", "servesim_register_timing_providers",
+                     "servesim_register_trace_formats"]
+
+
+@pytest.mark.parametrize("hook", HOOKS)
+def test_every_hookspec_is_documented_with_its_signature(hook: str) -> None:
+    text = DOC.read_text(encoding="utf-8")
+    assert f"### {hook}\n" in text, f"docs/plugins.md lacks a '### {hook}' section"
+    section = text.split(f"### {hook}\n", 1)[1].split("\n### ", 1)[0]
+    assert _signature(hook) in section, (
+        f"docs/plugins.md: the {hook} section must show `{_signature(hook)}`")
+
+
+def test_every_testing_fixture_is_documented() -> None:
+    import servesim.testing as testing
+
+    text = DOC.read_text(encoding="utf-8")
+    fixtures = sorted(name for name, obj in vars(testing).items()
+                      if hasattr(obj, "_fixture_function_marker")
+                      or type(obj).__name__ == "FixtureFunctionDefinition")
+    assert fixtures, "no fixtures found in servesim.testing"
+    missing = [f for f in fixtures if not re.search(rf"\| `{f}` \|", text)]
+    assert not missing, f"docs/plugins.md lacks a fixture table row for {missing}"
