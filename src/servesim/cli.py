@@ -133,6 +133,8 @@ def stage_to_data(artifact: Any) -> Any:
         conv = cattrs.Converter()
         return {
             "engine": artifact.engine, "mode": artifact.mode,
+            # a plugin engine's [engine.options], defaults applied (absent when it has none)
+            **({"engine_options": artifact.engine_options} if artifact.engine_options else {}),
             "roles": {k: _drop_none(conv.unstructure(v)) for k, v in artifact.roles.items()},
             "kv_transfer": conv.unstructure(artifact.kv_transfer),
             "workload": artifact.workload, "sla": conv.unstructure(artifact.sla),

@@ -61,6 +61,10 @@ def resolved_tree(cfg: ResolvedConfig) -> Tree:
     """Every resolved field, marked authored / defaulted / derived (with its formula)."""
     prov = cfg.provenance
     root = Tree(Text(f"engine  (mode {cfg.mode}, engine {cfg.engine})", style="bold"))
+    if cfg.engine_options:
+        node = root.add(Text("options", style="bold"))
+        for key, value in cfg.engine_options.items():
+            _leaf(node, key, value, prov.get(f"engine.options.{key}"))
     for name, role in cfg.roles.items():
         node = root.add(Text(f"workers.{name}", style="bold"))
         _role_tree(node, name, role, prov)

@@ -203,6 +203,11 @@ def test_the_cli_validates_and_shows_the_options(servesim_cli: Any) -> None:
 
     result = servesim_cli("validate", EXAMPLE / "static_batch.toml")
     assert result.code == 0 and "engine static-batch" in result.out
+    result = servesim_cli("inspect", EXAMPLE / "static_batch.toml")
+    assert "max_wait_ms = 50.0  (authored)" in result.out
+    result = servesim_cli("inspect", EXAMPLE / "csv_trace.toml", "--format", "json")
+    assert json.loads(result.out)["engine_options"] == {
+        "max_batch_size": 4, "max_wait_ms": 0.0, "pad_to_longest": True}
     schema = json.loads(servesim_cli("schema", "config").out)
     options = schema["$defs"]["options.static-batch"]["properties"]
     assert options["max_wait_ms"]["default"] == 0.0
