@@ -212,3 +212,25 @@ def test_the_cli_validates_and_shows_the_options(servesim_cli: Any) -> None:
     options = schema["$defs"]["options.static-batch"]["properties"]
     assert options["max_wait_ms"]["default"] == 0.0
     assert "idle worker" in options["max_wait_ms"]["description"]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_traces_end_every_request_once_with_all_its_tokens(
+        seed: int, tmp_path: Path, replay_toml: Callable[..., ReplayRun]) -> None:
+    import random
+
+    rng = random.Random(seed)
+    rows, t = [], 0.0
+    for _ in range(60):
+        t += rng.choice([0.0, 0.5, 3.0, 20.0])
+        rows.append((t, rng.randint(1, 3000), rng.randint(0, 40)))
+    options = {"max_batch_size": rng.randint(1, 6), "max_wait_ms": rng.choice([0.0, 5.0]),
+               "pad_to_longest": rng.random() < 0.5}
+    run = replay_toml(trace_config(tmp_path, rows, options=options))
+    assert sorted(r["request_id"] for r in run.requests) == list(range(60))
+    for r in run.requests:
+        assert r["terminal_status"] == "completed"
+        assert r["output_length"] == r["requested_output_length"]
+        assert r["first_admit_ms"] >= r["arrival_time_ms"]
+        if r["output_length"]:
+            assert r["ttft_ms"] >= P and r["terminal_time_ms"] == r["last_token_ms"]
