@@ -376,7 +376,12 @@ class RankScheduler:
                 if victim is seq:
                     return _PREEMPTED_SELF
         else:
-            outcome = self._allocate_with_state(seq, target_blocks, reuse, desired > 0,
+            peak = target_blocks
+            if self.sampler is not None and end == length:
+                # the burst reservation of this pass comes on top (see _reserve_bursts)
+                widest = self.sampler.num_speculative_tokens + 1
+                peak = max(peak, -(-min(end + widest, seq.stop_len - 1) // self.block_size))
+            outcome = self._allocate_with_state(seq, target_blocks, peak, reuse, desired > 0,
                                                 from_waiting)
             if outcome != _SCHEDULED:
                 return outcome
@@ -431,14 +436,18 @@ class RankScheduler:
         return desired
 
     def _allocate_with_state(
-        self, seq: SeqState, target_blocks: int, reuse: list[int] | tuple[()], writes: bool,
-        from_waiting: bool,
+        self, seq: SeqState, target_blocks: int, peak_blocks: int,
+        reuse: list[int] | tuple[()], writes: bool, from_waiting: bool,
     ) -> int:
-        """Grow the token lease and make the working state writable, all or nothing."""
+        """Grow the token lease and make the working state writable, all or nothing.
+
+        ``peak_blocks`` is the most token blocks the request holds during this pass; a
+        published checkpoint is preserved only if the pool could ever hold it beside them.
+        """
         state, pool, rs = self.state, self.pool, seq.state
         assert state is not None and rs is not None
         while True:
-            extra, preserve = state.write_cost(rs, target_blocks) if writes else (0, False)
+            extra, preserve = state.write_cost(rs, peak_blocks) if writes else (0, False)
             fresh = target_blocks - len(seq.lease) - len(reuse)
             if pool.fits(max(fresh, 0) + extra, reuse):
                 ok = pool.allocate(seq.lease, target_blocks, reuse)
