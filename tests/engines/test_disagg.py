@@ -494,3 +494,26 @@ def test_case_48_a_1500_byte_state_adds_1500_ms_to_ttft() -> None:
     assert with_state["mean_ttft_ms"] - plain["mean_ttft_ms"] == 1500.0
     assert with_state["completed_requests"] == plain["completed_requests"] == 2
     assert with_state["mean_kv_transfer_ms"] == 3548.0
+
+
+def test_zero_time_preemption_cycle_waits_for_the_transfer() -> None:
+    # Free passes on the decode side (prefill_ms = decode_ms = 0): request 1, alone in
+    # running, is readmitted into the 5 blocks a reservation leaves free, then preempts
+    # itself because its speculative burst needs 6, at the same instant, forever - unless
+    # the replay notices the repeated state and waits for the reservation's transfer.
+    spec_args = SpeculationArgs(kind="mtp", num_speculative_tokens=2, acceptance_rates=(1.0, 1.0))
+    free = TimingArgs(type="fixed", prefill_ms=0.0, decode_ms=0.0)
+    prefill = prefill_role(block_size=3, num_gpu_blocks=4, max_sequences=2,
+                           enable_chunked_prefill=False, max_batched_tokens=22,
+                           prefix_caching=False, timing=free, speculation=spec_args)
+    decode = decode_role(block_size=2, num_gpu_blocks=10, max_sequences=2,
+                         enable_chunked_prefill=False, max_batched_tokens=22,
+                         prefix_caching=False, timing=free, speculation=spec_args)
+    kv = link(1.0, bytes_per_token=1, mode="destination_missing", state_bytes=500_000)
+    first = Sim.spec(0, Sim.prompt((0, 3)), 4)
+    follow = Sim.spec(100, Sim.prompt((0, 3), (5, 4), (3, 2)), 0)
+    workload = ListWorkload([first, Sim.spec(1, Sim.prompt((0, 6)), 6, arrival=0.5)],
+                            followups={0: [follow]})
+    records, stats, replay = run_pd(workload, prefill=prefill, decode=decode, kv=kv)
+    assert stats.completed == 3 and len(records[1].token_times) == 6
+    assert_drained(replay)

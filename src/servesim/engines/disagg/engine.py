@@ -32,6 +32,7 @@ zero-delay transfer completes inline, at the instant its reservation succeeds.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import attrs
 
@@ -99,6 +100,10 @@ class PoolWorker:
     pass_start: float = 0.0
     pending: list[RankPass] = attrs.field(factory=list)
     busy_ms: float = 0.0
+    # Zero-time cycle detection: the instant of the last zero-duration pass and the
+    # worker states seen at the start of later passes at that instant.
+    zero_at: float = -1.0
+    seen: set[tuple[Any, ...]] = attrs.field(factory=set)
 
     def place(self) -> int:
         """Round-robin over this worker's ranks."""
@@ -292,6 +297,20 @@ class DisaggReplay:
 
     def _start_pass(self, worker: PoolWorker) -> None:
         now = self.now
+        if not any(rank.has_work for rank in worker.ranks):
+            worker.wave_step = 0  # the DP group drained: the prefill cadence restarts
+            return  # sleeps until an arrival or a handoff marks it dirty
+        if worker.zero_at == now:
+            # Passes that take no time can cycle: e.g. with free prefill on the decode
+            # side, a request readmitted into blocks that reservations do not hold, then
+            # preempting itself for its speculative burst, forever at this instant. A
+            # repeated state means only an event (a transfer completing) can change it.
+            state = self._fingerprint(worker)
+            if state in worker.seen:
+                if self._waits_for_handoff(worker):
+                    return
+                raise self._stuck_error(worker)
+            worker.seen.add(state)
         results: list[RankPass] = []
         duration = 0.0
         progressed = False
@@ -304,13 +323,13 @@ class DisaggReplay:
             progressed = progressed or res.progressed
             if res.duration_ms > duration:
                 duration = res.duration_ms
-        if not results:
-            worker.wave_step = 0
-            return
         if not progressed:
             if self._waits_for_handoff(worker):
                 return  # a source release or a destination activation will wake it
             raise self._stuck_error(worker)
+        if duration == 0.0 and worker.zero_at != now:
+            worker.zero_at = now
+            worker.seen.clear()
         self.passes += 1
         worker.wave_step += 1
         worker.busy = True
@@ -320,6 +339,23 @@ class DisaggReplay:
         for res in results:
             for seq in res.rejected:
                 self._reject(self.flights[seq.spec.request_id], now)
+
+    @staticmethod
+    def _fingerprint(worker: PoolWorker) -> tuple[Any, ...]:
+        """Everything the next pass of ``worker`` depends on (cycle detection)."""
+        out: list[Any] = [worker.wave_step % worker.ranks[0].prefill_interval]
+        for rank in worker.ranks:
+            out.append(tuple((s.spec.request_id, s.num_computed, s.generated, len(s.lease))
+                             for s in rank.running))
+            out.append(tuple((s.spec.request_id, s.num_computed, s.generated)
+                             for s in rank.waiting))
+            out.append((rank.pool.num_active, rank.pool.num_inactive))
+            if isinstance(rank, PrefillRank):
+                out.append(tuple(s.spec.request_id for s in rank.held))
+            if isinstance(rank, DecodeRank):
+                out.append(tuple(s.spec.request_id for s in rank.reserved))
+                out.append(tuple(s.spec.request_id for s in rank.materialized))
+        return tuple(out)
 
     def _waits_for_handoff(self, worker: PoolWorker) -> bool:
         """Blocked on capacity that a handoff in flight will free or fill."""
