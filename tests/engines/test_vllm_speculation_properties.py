@@ -173,3 +173,21 @@ def test_speculative_and_state_replays_are_deterministic(
     first, _ = _run(role, workload)
     second, _ = _run(role, workload)
     assert [_key(first[k]) for k in sorted(first)] == [_key(second[k]) for k in sorted(second)]
+
+
+@settings(max_examples=80, deadline=None)
+@given(scenarios())
+def test_inlined_decode_step_matches_the_general_path(case: tuple[RoleArgs, ListWorkload]) -> None:
+    role, workload = case
+    results = []
+    for fast in (True, False):
+        records: list[RequestRecord] = []
+        replay = CheckedReplay(role, make_timer(role),
+                               ListWorkload(workload.specs, followups=workload.followups),
+                               records.append, None)
+        for worker in replay.workers:
+            for rank in worker.ranks:
+                rank.fast_decode = fast
+        stats = replay.run()
+        results.append((sorted(_key(r) for r in records), stats))
+    assert results[0] == results[1]

@@ -49,6 +49,11 @@ _BLOCKED: Final = 1
 _PREEMPTED_SELF: Final = 2
 
 
+def _plain_write(rs: RequestState | None) -> bool:
+    """The next write to this working state needs no blocks (it exists, unpublished)."""
+    return rs is not None and bool(rs.working) and rs.published_at < 0
+
+
 def partial_identity(prompt: Prompt, lo: int, hi: int, previous: int) -> int:
     """Chained identity of tokens ``[lo, hi)`` (``hi - lo`` shorter than a block)."""
     span: list[Segment] = []
@@ -218,8 +223,8 @@ class RankScheduler:
         )
         # Phase A: running requests. A snapshot, because preemption removes members;
         # a preempted one is skipped by its status.
-        pass_id, bs, caching = self._pass_id, self.block_size, self.caching
-        fast = self.fast_decode and self.state is None  # a state write needs _schedule
+        pass_id, bs, caching, fast = self._pass_id, self.block_size, self.caching, self.fast_decode
+        stateless = self.state is None
         budget = self._budget
         for seq in list(self.running):
             if budget <= 0:
@@ -231,9 +236,10 @@ class RankScheduler:
                 continue  # prompt chunks wait for the group's next prefill wave
             if fast and c + 1 == seq.prompt_len + seq.generated and c >= seq.prompt_len and (
                 c < len(seq.lease) * bs
-            ):
+            ) and (stateless or _plain_write(seq.state)):
                 # Fast path for the common case, equivalent to _schedule: a decode step
-                # (one dangling token, prompt done) whose token fits the lease's last block.
+                # (one dangling token, prompt done) whose token fits the lease's last block
+                # (and, with a state cache, whose working state needs no new blocks).
                 c += 1
                 seq.num_computed = c
                 if caching and c % bs == 0:
@@ -449,7 +455,12 @@ class RankScheduler:
         while True:
             extra, preserve = state.write_cost(rs, peak_blocks) if writes else (0, False)
             fresh = target_blocks - len(seq.lease) - len(reuse)
-            if pool.fits(max(fresh, 0) + extra, reuse):
+            fits = pool.fits(max(fresh, 0) + extra, reuse)
+            if not fits and preserve and not self.lifo and pool.fits(max(fresh, 0), reuse):
+                # FIFO retracts the oldest request, often the requester itself: there the
+                # checkpoint copy is dropped rather than paid for with a preemption.
+                fits, preserve = True, False
+            if fits:
                 ok = pool.allocate(seq.lease, target_blocks, reuse)
                 assert ok
                 if writes:
@@ -509,10 +520,11 @@ class RankScheduler:
         """The pass wrote ``seq``'s working state: publish or release its checkpoints."""
         assert self.state is not None and seq.state is not None
         computed = seq.num_computed
-        ident = None
-        if self.caching and computed % self.unit == 0 and computed > 0:
-            ident = self._prefix_identity(seq, computed)
-        self.state.end_step(seq.state, computed, ident)
+        if not (self.caching and computed % self.unit == 0 and computed > 0):
+            if seq.state.retained:  # else nothing is held: nothing to do (the common case)
+                self.state.end_step(seq.state, computed, None)
+            return
+        self.state.end_step(seq.state, computed, self._prefix_identity(seq, computed))
 
     def _publish(self, seq: SeqState, full: int) -> None:
         """Blocks completed by this step become cache-visible now, also to later requests
