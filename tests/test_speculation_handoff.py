@@ -297,3 +297,25 @@ def test_disaggregated_payload_handoff(speculation: str) -> None:
     data["roles"]["decode"].pop("speculation")
     data["roles"]["prefill"].pop("speculation")
     assert engine.validate_payload(load_payload(data)) == []
+
+
+@pytest.mark.parametrize("speculation", FORMS, ids=FORM_IDS)
+def test_cli_disaggregated_validate_and_payload_handoff(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], speculation: str) -> None:
+    accepted = _write(tmp_path, kimi_pd(speculation, prefill_unit=1536), "pd.toml")
+    assert _cli(capsys, "validate", str(accepted))[0] == 0
+    payload_path = tmp_path / "pd.json"
+    assert _cli(capsys, "compile", str(accepted), "-o", str(payload_path))[0] == 0
+    data = json.loads(payload_path.read_text())
+    decode_block = data["roles"]["decode"]["block_size"]
+    rejected = _write(tmp_path, kimi_pd(speculation, prefill_unit=1536,
+                                        decode_unit=decode_block // 2), "bad.toml")
+    code, _, err = _cli(capsys, "validate", str(rejected))
+    assert code == 1
+    assert "engine.workers.decode.kv_cache.prefix_match_unit" in err
+    # the same unit written into the payload by hand is refused before any replay
+    data["roles"]["decode"]["prefix_match_unit"] = decode_block // 2
+    code, err = _replay_payload(tmp_path, capsys, data)
+    assert code == 1
+    assert f"resolved block_size {decode_block}, got {decode_block // 2}" in err
+    assert "engine.workers.decode.kv_cache.prefix_match_unit" in err
