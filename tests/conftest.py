@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -43,3 +44,7 @@ class Golden:
 @pytest.fixture
 def golden(request: pytest.FixtureRequest) -> Golden:
     return Golden(bool(request.config.getoption("--update-goldens")), request.node.nodeid)
+
+
+# Every replay in the suite runs under the invariant auditor (subprocesses inherit it).
+os.environ.setdefault("SERVESIM_CHECK_INVARIANTS", "1")

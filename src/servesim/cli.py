@@ -7,6 +7,7 @@ Exit codes: 0 success, 1 the input is wrong (diagnostics on stderr), 2 usage err
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import os
@@ -65,6 +66,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--format", choices=("text", "json"), default="text",
                    help="stdout format: a summary table, or the report as JSON")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
+    r.add_argument("--check-invariants", action="store_true",
+                   help="audit block reference counts, pool totals, queues, virtual time and "
+                   "terminal states at every step (slower; also SERVESIM_CHECK_INVARIANTS=1)")
     return p
 
 
@@ -240,14 +244,16 @@ def load_input(path: str, registry: EngineRegistry) -> tuple[Payload, Path | Non
 
 def _replay(args: argparse.Namespace, registry: EngineRegistry, out: Console,
             err: Console) -> int:
+    from servesim.engines.kernel.audit import check_invariants
     from servesim.render import report_summary, report_table
     from servesim.replay import replay_payload
 
     payload, base_dir = load_input(args.input, registry)
     show_progress = not args.quiet and err.is_terminal
     bar = _progress(err, show_progress)
+    audit = check_invariants() if args.check_invariants else contextlib.nullcontext()
     try:
-        with bar:
+        with bar, audit:
             outcome = replay_payload(payload, registry=registry, base_dir=base_dir,
                                      requests_out=Path(args.requests_out) if args.requests_out
                                      else None, progress=bar.update)

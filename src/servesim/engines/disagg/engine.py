@@ -39,6 +39,7 @@ import attrs
 from servesim.engines.base import ReplayResult
 from servesim.engines.disagg.ranks import DecodeRank, DestinationRejected, PrefillRank
 from servesim.engines.disagg.transfer import transfer_delay_ms
+from servesim.engines.kernel.audit import guard_replay
 from servesim.engines.kernel.events import (
     PHASE_ARRIVAL,
     PHASE_ENGINE,
@@ -208,6 +209,7 @@ class DisaggReplay:
         lookahead = next(arrivals, None)
         inf = float("inf")
         iterations = 0
+        guard = guard_replay(self)  # watchdog; invariant auditor when enabled
         while True:
             t_event = events.peek_time()
             t = inf if t_event is None else t_event
@@ -233,10 +235,12 @@ class DisaggReplay:
                 else:
                     self._arrive(item)
             self._settle()
+            guard.instant(self.now)
             iterations += 1
             if self.progress is not None and iterations % _PROGRESS_EVERY == 0:
                 self.progress(self.now)
         self._flush_incomplete()
+        guard.finish()
         if self.progress is not None:
             self.progress(self.now)
         return DisaggStats(

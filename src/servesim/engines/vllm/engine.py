@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 
 import attrs
 
+from servesim.engines.kernel.audit import guard_replay
 from servesim.engines.kernel.events import PHASE_ARRIVAL, PHASE_ENGINE, EventQueue
 from servesim.engines.kernel.requests import (
     RequestRecord,
@@ -116,6 +117,7 @@ class AggregatedReplay:
         lookahead = next(arrivals, None)
         inf = float("inf")
         iterations = 0
+        guard = guard_replay(self)  # watchdog; invariant auditor when enabled
         while True:
             t_event = events.peek_time()
             t = inf if t_event is None else t_event
@@ -143,10 +145,12 @@ class AggregatedReplay:
                 for worker in dirty:
                     if not worker.busy:
                         self._start_pass(worker)
+            guard.instant(self.now)
             iterations += 1
             if self.progress is not None and iterations % _PROGRESS_EVERY == 0:
                 self.progress(self.now)
         self._flush_incomplete()
+        guard.finish()
         if self.progress is not None:
             self.progress(self.now)
         return ReplayStats(
