@@ -187,7 +187,8 @@ def audit_rank(rank: Any, where: str, live: set[int] | None = None) -> dict[int,
     expected: Counter[int] = Counter()
     holders: dict[int, int] = {}
     bs = rank.block_size
-    for queue, members, status in _queues(rank):
+    queues = _queues(rank)
+    for queue, members, _ in queues:
         for seq in members:
             rid = seq.spec.request_id
             if id(seq) in seen or rid in located:
@@ -195,12 +196,15 @@ def audit_rank(rank: Any, where: str, live: set[int] | None = None) -> dict[int,
                 raise violation("one-queue", where, f"in both the {other} and the {queue} "
                                 "queue", rid)
             seen[id(seq)] = located[rid] = queue
-            if status is not None and seq.status != status:
-                raise violation("queue-status", where, f"in the {queue} queue with status "
-                                f"{seq.status}", rid)
+    for queue, members, status in queues:
+        for seq in members:
+            rid = seq.spec.request_id
             if live is not None and rid not in live:
                 raise violation("terminal-once", where, f"still in the {queue} queue but no "
                                 "longer live (already terminal, or never arrived)", rid)
+            if status is not None and seq.status != status:
+                raise violation("queue-status", where, f"in the {queue} queue with status "
+                                f"{seq.status}", rid)
             if not 0 <= seq.num_computed <= seq.prompt_len + seq.generated:
                 raise violation("sequence-bounds", where, f"{seq.num_computed} tokens "
                                 f"computed of a {seq.prompt_len + seq.generated}-token "
@@ -285,13 +289,16 @@ class ReplayGuard:
         replay = self.replay
         live = _live_ids(replay)
         located: dict[str, dict[int, str]] = {}
-        for where, rank, pool, touched in _ranks(replay, now):
-            ids = audit_rank(rank, where, live) if touched else _queued_ids(rank)
+        ranks = _ranks(replay, now)
+        for where, rank, pool, _ in ranks:
             seen = located.setdefault(pool, {})
-            for rid in ids:
+            for rid in _queued_ids(rank):
                 if rid in seen:
                     raise violation("one-rank", where, f"also queued on {seen[rid]}", rid)
                 seen[rid] = where
+        for where, rank, _, touched in ranks:
+            if touched:
+                audit_rank(rank, where, live)
         somewhere = {rid for ids in located.values() for rid in ids}
         somewhere |= _in_passes(replay) | _in_handoff(replay)
         lost = live - somewhere

@@ -1,0 +1,258 @@
+"""The invariant auditor and the watchdog: on in the suite, and each check can fail.
+
+Every test here corrupts one piece of scheduler, pool or loop state from the outside (a
+wrapper around a rank's pass, or a sink that misbehaves) and expects the auditor's
+``invariant-violated`` error naming the invariant, the rank and the request.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from servesim.engines.disagg.engine import DisaggReplay
+from servesim.engines.kernel.audit import (
+    ENV_VAR,
+    ReplayGuard,
+    check_invariants,
+    invariant_checks_enabled,
+)
+from servesim.engines.kernel.requests import RequestRecord
+from servesim.engines.vllm import AggregatedReplay, RankPass, RankScheduler
+from servesim.errors import ReplayError
+from servesim.payload import RoleArgs
+from servesim.timing import make_timer
+
+from .conftest import ListWorkload, Sim
+
+Corrupt = Callable[[RankScheduler, RankPass], object]
+
+
+def test_the_suite_runs_every_replay_under_the_auditor() -> None:
+    assert os.environ.get(ENV_VAR) == "1"
+    assert invariant_checks_enabled()
+    with check_invariants(False):
+        assert not invariant_checks_enabled()
+    assert invariant_checks_enabled()
+
+
+def _aggregated(sim: type[Sim], corrupt: Corrupt, *, role: RoleArgs | None = None,
+                outs: tuple[int, ...] | list[int] = (4, 4, 4)) -> AggregatedReplay:
+    """A replay whose rank 0 state is corrupted once, after the first pass for which
+    ``corrupt`` returns anything but False (the first pass, usually)."""
+    role = role or sim.role()
+    specs = [sim.spec(i, 12, out) for i, out in enumerate(outs)]
+    records: list[RequestRecord] = []
+    run = AggregatedReplay(role, make_timer(role), ListWorkload(specs), records.append, None)
+    rank = run.workers[0].ranks[0]
+    original = rank.execute_pass
+    done = [False]
+
+    def execute_pass(now: float, wave_step: int = 0, dp_size: int = 1) -> RankPass:
+        out = original(now, wave_step, dp_size)
+        if not done[0]:
+            done[0] = corrupt(rank, out) is not False
+        return out
+
+    rank.execute_pass = execute_pass  # type: ignore[method-assign]
+    return run
+
+
+def _violation(run: Any) -> str:
+    with check_invariants(), pytest.raises(ReplayError) as info:
+        run.run()
+    (diag,) = info.value.diagnostics
+    assert diag.code == "invariant-violated"
+    assert diag.hint and "bug in servesim" in diag.hint
+    return diag.message
+
+
+def _first_running(rank: RankScheduler) -> Any:
+    return next(iter(rank.running))
+
+
+def test_an_extra_block_reference_is_named_with_its_rank_and_request(sim: type[Sim]) -> None:
+    def corrupt(rank: RankScheduler, _: RankPass) -> None:
+        rank.pool._ref[_first_running(rank).lease[0]] += 1
+
+    assert _violation(_aggregated(sim, corrupt)) == (
+        "invariant 'block-refcount' violated on worker 0 rank 0: request 0: block 0 has 2 "
+        "references, the requests on the rank hold 1")
+
+
+def test_a_lease_the_pool_does_not_know_is_caught(sim: type[Sim]) -> None:
+    def corrupt(rank: RankScheduler, _: RankPass) -> None:
+        _first_running(rank).lease.append(63)  # never handed out
+
+    message = _violation(_aggregated(sim, corrupt))
+    assert message.startswith("invariant 'block-refcount' violated on worker 0 rank 0: "
+                              "request 0: block 63 has 0 references")
+
+
+def test_pool_totals(sim: type[Sim]) -> None:
+    def corrupt(rank: RankScheduler, _: RankPass) -> None:
+        rank.pool._free.append(_first_running(rank).lease[0])
+
+    assert _violation(_aggregated(sim, corrupt)) == (
+        "invariant 'pool-totals' violated on worker 0 rank 0: active 9 + cached 0 + free 56 "
+        "= 65 blocks, the pool has 64")
+
+
+def test_a_request_in_two_queues(sim: type[Sim]) -> None:
+    def corrupt(rank: RankScheduler, _: RankPass) -> None:
+        rank.waiting.append(_first_running(rank))
+
+    assert _violation(_aggregated(sim, corrupt)) == (
+        "invariant 'one-queue' violated on worker 0 rank 0: request 0: in both the waiting "
+        "and the running queue")
+
+
+def test_a_request_on_two_ranks(sim: type[Sim]) -> None:
+    role = sim.role(attention_data=2)
+
+    def corrupt(rank: RankScheduler, _: RankPass) -> None:
+        run.workers[0].ranks[1].running[_first_running(rank)] = None
+
+    run = _aggregated(sim, corrupt, role=role)
+    assert _violation(run) == ("invariant 'one-rank' violated on worker 0 rank 1: request 0: "
+                               "also queued on worker 0 rank 0")
+
+
+def test_a_lost_request(sim: type[Sim]) -> None:
+    def corrupt(rank: RankScheduler, _: RankPass) -> None:
+        seq = _first_running(rank)
+        del rank.running[seq]
+        rank.pool.release(seq.lease)
+
+    assert _violation(_aggregated(sim, corrupt)) == (
+        "invariant 'request-located' violated on the event loop: request 0: live but in no "
+        "queue, pass or handoff")
+
+
+def test_queue_and_status_disagree(sim: type[Sim]) -> None:
+    def corrupt(rank: RankScheduler, _: RankPass) -> None:
+        _first_running(rank).status = 0
+
+    assert _violation(_aggregated(sim, corrupt)) == (
+        "invariant 'queue-status' violated on worker 0 rank 0: request 0: in the running "
+        "queue with status 0")
+
+
+def test_a_finished_request_left_in_a_queue(sim: type[Sim]) -> None:
+    finished: list[Any] = []
+
+    def corrupt(rank: RankScheduler, out: RankPass) -> bool:
+        if finished:  # a pass after the one that finished it: it is terminal by now
+            finished[0].status = 0
+            rank.waiting.append(finished[0])
+            return True
+        finished.extend(out.finished)
+        return False
+
+    message = _violation(_aggregated(sim, corrupt, outs=[2, 40, 40]))
+    assert message == ("invariant 'terminal-once' violated on worker 0 rank 0: request 0: "
+                       "still in the waiting queue but no longer live (already terminal, or "
+                       "never arrived)")
+
+
+def test_a_request_that_reaches_the_sink_twice(sim: type[Sim]) -> None:
+    role = sim.role()
+    run = AggregatedReplay(role, make_timer(role), ListWorkload([sim.spec(0, 8, 2)]),
+                           lambda record: None, None)
+    terminal = run._terminal
+
+    def twice(seq: Any, status: Any, time_ms: float) -> None:
+        terminal(seq, status, time_ms)
+        run.sink(seq.record)
+
+    run._terminal = twice  # type: ignore[method-assign]
+    assert _violation(run) == ("invariant 'terminal-once' violated on the sink: request 0: "
+                               "reached the sink twice")
+
+
+def test_token_counts_and_times_in_the_records(sim: type[Sim]) -> None:
+    role = sim.role()
+    run = AggregatedReplay(role, make_timer(role), ListWorkload([sim.spec(0, 8, 2)]),
+                           lambda record: None, None)
+    end_pass = run._end_pass
+
+    def extra_token(worker: Any) -> None:
+        for res in worker.pending:
+            for seq in res.emitted:
+                seq.record.token_times.append(0.5)  # before the pass end, then the real one
+        end_pass(worker)
+
+    run._end_pass = extra_token  # type: ignore[method-assign]
+    assert _violation(run) == ("invariant 'monotonic-time' violated on the sink: request 0: "
+                               "token times go back")
+
+
+def test_virtual_time_never_goes_back() -> None:
+    guard = ReplayGuard(object(), audit=False)
+    guard.instant(5.0)
+    with pytest.raises(ReplayError) as info:
+        guard.instant(4.0)
+    assert str(info.value.diagnostics[0].message) == (
+        "invariant 'monotonic-time' violated on the event loop: virtual time went back from "
+        "5.0 to 4.0 ms")
+
+
+def test_a_disaggregated_source_that_is_never_released(sim: type[Sim]) -> None:
+    prefill = sim.role(worker_type="prefill")
+    decode = sim.role(worker_type="decode")
+    specs = [sim.spec(i, 12, 3) for i in range(2)]
+    run = DisaggReplay(prefill, decode, None, ListWorkload(specs), lambda r: None)
+    rank = run.prefill_workers[0].ranks[0]
+
+    def leaky(seq: Any) -> bool:
+        if seq not in rank.held:
+            return False
+        del rank.held[seq]  # forgets the source but keeps its blocks referenced
+        return True
+
+    rank.release_source = leaky  # type: ignore[method-assign]
+    assert _violation(run) == (
+        "invariant 'block-refcount' violated on prefill worker 0 rank 0: block 0 has 1 "
+        "references, the requests on the rank hold 0")
+
+
+def test_without_the_auditor_the_corruption_goes_unnoticed(sim: type[Sim]) -> None:
+    def corrupt(rank: RankScheduler, _: RankPass) -> None:
+        rank.pool._ref[_first_running(rank).lease[0]] += 1
+
+    with check_invariants(False):
+        stats = _aggregated(sim, corrupt).run()
+    assert stats.completed == 3
+
+
+# -- the watchdog (always on) ---------------------------------------------------------------
+
+def test_zero_time_passes_that_change_nothing_end_with_the_stuck_requests(
+        sim: type[Sim]) -> None:
+    role = sim.role()
+    run = AggregatedReplay(role, make_timer(role),
+                           ListWorkload([sim.spec(0, 8, 2), sim.spec(1, 8, 2)]),
+                           lambda r: None, None)
+    rank = run.workers[0].ranks[0]
+    # A scheduler bug: a pass that claims progress, takes no time and changes nothing.
+    rank.execute_pass = lambda now, wave_step=0, dp_size=1: RankPass(  # type: ignore[method-assign]
+        progressed=True)
+    with check_invariants(False), pytest.raises(ReplayError) as info:
+        run.run()
+    (diag,) = info.value.diagnostics
+    assert diag.code == "replay-stuck"
+    assert diag.message == ("the replay repeats the same state at virtual time 0.0 ms without "
+                            "emitting a token or finishing a request; stuck requests: 0, 1")
+
+
+def test_long_zero_time_runs_that_progress_are_not_stuck(sim: type[Sim]) -> None:
+    from servesim.payload import TimingArgs
+
+    role = sim.role(timing=TimingArgs(type="fixed", prefill_ms=0.0, decode_ms=0.0),
+                    num_gpu_blocks=4096)
+    records, stats, _ = sim.run(role, [sim.spec(i, 40, 300) for i in range(4)])
+    assert stats.end_ms == 0.0
+    assert [r.output_length for r in records.values()] == [300] * 4
