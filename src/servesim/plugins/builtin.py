@@ -21,13 +21,16 @@ class VllmEngine(Engine):
     NAME = "vllm"
     MODES = ("aggregated",)
     DESCRIPTION = "vLLM-style continuous batching, chunked prefill, prefix caching"
+    # False: the reference step-by-step replay (same report; see engines.kernel.loop)
+    bulk_decode: bool = True
 
     def replay(self, payload: Payload, workload: Workload, sink: Sink, *,
                progress: Progress | None = None) -> ReplayResult:
         from servesim.engines.vllm.engine import replay_aggregated
 
         role = payload.roles["aggregated"]
-        stats = replay_aggregated(role, workload, sink, progress=progress)
+        stats = replay_aggregated(role, workload, sink, progress=progress,
+                                  bulk_decode=self.bulk_decode)
         seconds = stats.end_ms / 1000.0
         return ReplayResult(end_ms=stats.end_ms, gpu_seconds={"aggregated": seconds * role.gpus},
                             passes=stats.passes)
@@ -39,12 +42,14 @@ class DisaggEngine(Engine):
     NAME = "disagg"
     MODES = ("disaggregated",)
     DESCRIPTION = "prefill pool -> KV transfer -> decode pool"
+    bulk_decode: bool = True
 
     def replay(self, payload: Payload, workload: Workload, sink: Sink, *,
                progress: Progress | None = None) -> ReplayResult:
         from servesim.engines.disagg.engine import replay_payload_roles
 
-        return replay_payload_roles(payload, workload, sink, progress=progress)
+        return replay_payload_roles(payload, workload, sink, progress=progress,
+                                    bulk_decode=self.bulk_decode)
 
 
 @hookimpl

@@ -31,7 +31,7 @@ zero-delay transfer completes inline, at the instant its reservation succeeds.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -39,27 +39,20 @@ import attrs
 from servesim.engines.base import ReplayResult
 from servesim.engines.disagg.ranks import DecodeRank, DestinationRejected, PrefillRank
 from servesim.engines.disagg.transfer import transfer_delay_ms
-from servesim.engines.kernel.audit import guard_replay
-from servesim.engines.kernel.events import (
-    PHASE_ARRIVAL,
-    PHASE_ENGINE,
-    PHASE_TRANSFER,
-    EventQueue,
-)
+from servesim.engines.kernel.events import PHASE_TRANSFER
+from servesim.engines.kernel.loop import PassEnd, PassWorker, ReplayLoop
 from servesim.engines.kernel.requests import (
     RequestRecord,
     RequestSpec,
     TerminalStatus,
     Workload,
 )
-from servesim.engines.vllm.scheduler import RankPass, RankScheduler, SeqState
+from servesim.engines.vllm.scheduler import SeqState
 from servesim.errors import Diagnostic, ReplayError
 from servesim.payload import KvTransferArgs, Payload, RoleArgs
 from servesim.timing import StepTimer, make_timer
 
 Sink = Callable[[RequestRecord], None]
-
-_PROGRESS_EVERY = 4096
 
 
 @attrs.frozen(slots=True)
@@ -87,30 +80,15 @@ class DisaggStats:
         return len(self.decode_busy_ms) * self.end_ms / 1000.0
 
 
-@attrs.define(slots=True, eq=False)
-class PoolWorker:
+@attrs.define(slots=True, eq=False, kw_only=True)
+class PoolWorker(PassWorker):
     """One replica of a pool: its rank schedulers and the pass in flight."""
 
     pool: str  # "prefill" or "decode"
-    index: int  # within the pool
-    key: int  # event tie-break id, unique across both pools
-    ranks: list[RankScheduler]
-    next_rank: int = 0
-    wave_step: int = 0
-    busy: bool = False
-    pass_start: float = 0.0
-    pending: list[RankPass] = attrs.field(factory=list)
-    busy_ms: float = 0.0
     # Zero-time cycle detection: the instant of the last zero-duration pass and the
     # worker states seen at the start of later passes at that instant.
     zero_at: float = -1.0
     seen: set[tuple[Any, ...]] = attrs.field(factory=set)
-
-    def place(self) -> int:
-        """Round-robin over this worker's ranks."""
-        rank = self.next_rank
-        self.next_rank = (rank + 1) % len(self.ranks)
-        return rank
 
 
 @attrs.define(slots=True, eq=False)
@@ -129,11 +107,6 @@ class Flight:
 
 
 @attrs.define(slots=True, eq=False)
-class _PassEnd:
-    worker: PoolWorker
-
-
-@attrs.define(slots=True, eq=False)
 class _TransferDone:
     flight: Flight
 
@@ -144,9 +117,10 @@ def _scratch(spec: RequestSpec) -> RequestRecord:
                          requested_output_length=spec.output_length, status="incomplete")
 
 
-class DisaggReplay:
+class DisaggReplay(ReplayLoop[PoolWorker]):
     """One P/D run; :func:`replay_disaggregated` is the usual entry point. Keeping the
-    object gives access to both pools (and their rank block pools) after :meth:`run`."""
+    object gives access to both pools (and their rank block pools) after :meth:`run`.
+    ``bulk_decode=False`` steps every pass (see :mod:`servesim.engines.kernel.loop`)."""
 
     def __init__(
         self,
@@ -159,90 +133,46 @@ class DisaggReplay:
         *,
         prefill_timer: StepTimer | None = None,
         decode_timer: StepTimer | None = None,
+        bulk_decode: bool = True,
     ) -> None:
+        super().__init__(workload, sink, progress, bulk_decode=bulk_decode)
         self.prefill_role = prefill
         self.decode_role = decode
         self.kv_transfer = kv_transfer
-        self.workload = workload
-        self.sink = sink
-        self.progress = progress
         pt = prefill_timer if prefill_timer is not None else make_timer(prefill)
         dt = decode_timer if decode_timer is not None else make_timer(decode)
         pdp, ddp = prefill.attention_data, decode.attention_data
         self.prefill_workers = [
-            PoolWorker("prefill", w, w,
-                       [PrefillRank(prefill, pt, w * pdp + r) for r in range(pdp)])
+            PoolWorker(pool="prefill", index=w, key=w,
+                       ranks=[PrefillRank(prefill, pt, w * pdp + r) for r in range(pdp)])
             for w in range(prefill.replicas)
         ]
         n = len(self.prefill_workers)
         # rank_offset (the rank's global index in its pool) seeds speculative bursts.
         self.decode_workers = [
-            PoolWorker("decode", w, n + w,
-                       [DecodeRank(decode, dt, w * ddp + r) for r in range(ddp)])
+            PoolWorker(pool="decode", index=w, key=n + w,
+                       ranks=[DecodeRank(decode, dt, w * ddp + r) for r in range(ddp)])
             for w in range(decode.replicas)
         ]
-        self.events: EventQueue[_PassEnd | _TransferDone | RequestSpec] = EventQueue()
         self.flights: dict[int, Flight] = {}
         # Handoffs waiting for a destination reservation, per decode rank, in order.
         self.handoffs: dict[DecodeRank, list[Flight]] = {}
         self.retry: dict[DecodeRank, None] = {}  # decode ranks whose capacity changed
         self.dirty: dict[PoolWorker, None] = {}
-        self.now = 0.0
         self.next_prefill = 0
         self.next_decode = 0
-        self.passes = 0
-        self.num_requests = 0
         self.transfers = 0
         self.transfer_ms = 0.0
-        self.counts = {"completed": 0, "rejected": 0, "incomplete": 0}
+        self._all_workers = [*self.prefill_workers, *self.decode_workers]
 
     @property
-    def workers(self) -> list[PoolWorker]:
-        return [*self.prefill_workers, *self.decode_workers]
+    def workers(self) -> Sequence[PoolWorker]:
+        return self._all_workers
 
     # -- main loop ------------------------------------------------------------------------
 
     def run(self) -> DisaggStats:
-        events = self.events
-        cutoff = self.workload.max_time_ms
-        arrivals: Iterator[RequestSpec] = iter(self.workload.start())
-        lookahead = next(arrivals, None)
-        inf = float("inf")
-        iterations = 0
-        guard = guard_replay(self)  # watchdog; invariant auditor when enabled
-        while True:
-            t_event = events.peek_time()
-            t = inf if t_event is None else t_event
-            if lookahead is not None and lookahead.arrival_ms < t:
-                t = lookahead.arrival_ms
-            if t == inf or (cutoff is not None and t > cutoff):
-                break
-            if t < self.now:
-                raise self._order_error(t)
-            self.now = t
-            while lookahead is not None and lookahead.arrival_ms <= t:
-                events.push(lookahead.arrival_ms, PHASE_ARRIVAL, lookahead.request_id, lookahead)
-                lookahead = next(arrivals, None)
-            while True:
-                t_event = events.peek_time()
-                if t_event is None or t_event > t:
-                    break
-                _, _, item = events.pop()
-                if isinstance(item, _PassEnd):
-                    self._end_pass(item.worker)
-                elif isinstance(item, _TransferDone):
-                    self._complete_transfer(item.flight)
-                else:
-                    self._arrive(item)
-            self._settle()
-            guard.instant(self.now)
-            iterations += 1
-            if self.progress is not None and iterations % _PROGRESS_EVERY == 0:
-                self.progress(self.now)
-        self._flush_incomplete()
-        guard.finish()
-        if self.progress is not None:
-            self.progress(self.now)
+        self.run_loop()
         return DisaggStats(
             end_ms=self.now,
             passes=self.passes,
@@ -256,6 +186,14 @@ class DisaggReplay:
             decode_busy_ms=tuple(w.busy_ms for w in self.decode_workers),
         )
 
+    def _dispatch(self, item: Any) -> None:
+        if isinstance(item, PassEnd):
+            self._end_pass(item.worker)
+        elif isinstance(item, _TransferDone):
+            self._complete_transfer(item.flight)
+        else:
+            self._arrive(item)
+
     def _settle(self) -> None:
         """After the events of an instant: retry reservations, then start idle workers."""
         while self.retry:
@@ -264,9 +202,10 @@ class DisaggReplay:
                 self._reserve_pending(rank)
         if self.dirty:
             dirty, self.dirty = self.dirty, {}
-            for worker in sorted(dirty, key=lambda w: w.key):
-                if not worker.busy:
-                    self._start_pass(worker)
+            starters = self._starters(sorted(dirty, key=lambda w: w.key))
+            last = len(starters) - 1
+            for i, worker in enumerate(starters):
+                self._start_pass(worker, bulk=i == last)
 
     # -- prefill side ---------------------------------------------------------------------
 
@@ -299,7 +238,13 @@ class DisaggReplay:
         rank.submit(source)
         self.dirty[worker] = None
 
-    def _start_pass(self, worker: PoolWorker) -> None:
+    def _start_pass(self, worker: PoolWorker, *, bulk: bool = False) -> None:
+        """Start ``worker``'s next pass; with ``bulk`` (no other worker starts after it at
+        this instant) first run its steady decode passes that end before the next event."""
+        if bulk and self.bulk_decode and worker.pool == "decode" and not any(
+                rank in self.handoffs for rank in worker.ranks):
+            # (a rank with queued handoffs retries them at every pass end)
+            self._advance_steady(worker, self._token_times)
         now = self.now
         if not any(rank.has_work for rank in worker.ranks):
             worker.wave_step = 0  # the DP group drained: the prefill cadence restarts
@@ -315,18 +260,7 @@ class DisaggReplay:
                     return
                 raise self._stuck_error(worker)
             worker.seen.add(state)
-        results: list[RankPass] = []
-        duration = 0.0
-        progressed = False
-        dp_size = len(worker.ranks)
-        for rank in worker.ranks:
-            if not rank.has_work:
-                continue
-            res = rank.execute_pass(now, worker.wave_step, dp_size)
-            results.append(res)
-            progressed = progressed or res.progressed
-            if res.duration_ms > duration:
-                duration = res.duration_ms
+        results, duration, progressed = self._run_ranks(worker)
         if not progressed:
             if self._waits_for_handoff(worker):
                 return  # a source release or a destination activation will wake it
@@ -334,12 +268,7 @@ class DisaggReplay:
         if duration == 0.0 and worker.zero_at != now:
             worker.zero_at = now
             worker.seen.clear()
-        self.passes += 1
-        worker.wave_step += 1
-        worker.busy = True
-        worker.pass_start = now
-        worker.pending = results
-        self.events.push(now + duration, PHASE_ENGINE, worker.key, _PassEnd(worker))
+        self._launch(worker, results, duration)
         for res in results:
             for seq in res.rejected:
                 self._reject(self.flights[seq.spec.request_id], now)
@@ -370,11 +299,12 @@ class DisaggReplay:
                 return True
         return False
 
+    def _token_times(self, seq: SeqState) -> Any:
+        return self.flights[seq.spec.request_id].record.token_times
+
     def _end_pass(self, worker: PoolWorker) -> None:
         end = self.now
-        worker.busy = False
-        worker.busy_ms += end - worker.pass_start
-        pending, worker.pending = worker.pending, []
+        pending = self._close(worker)
         self.dirty[worker] = None
         if worker.pool == "prefill":
             # The bootstrap token is hidden; a finished copy now holds its source KV.
@@ -462,10 +392,7 @@ class DisaggReplay:
         del self.flights[record.request_id]
         self.counts[status] += 1
         self.sink(record)
-        for spec in self.workload.on_terminal(flight.spec, time_ms):
-            if spec.arrival_ms < time_ms:
-                raise self._order_error(spec.arrival_ms)
-            self.events.push(spec.arrival_ms, PHASE_ARRIVAL, spec.request_id, spec)
+        self._release(flight.spec, time_ms)
 
     @staticmethod
     def _merge(flight: Flight) -> None:
@@ -491,13 +418,6 @@ class DisaggReplay:
 
     # -- errors ---------------------------------------------------------------------------
 
-    def _order_error(self, t: float) -> ReplayError:
-        return ReplayError(
-            [Diagnostic(code="workload-order",
-                        message=f"workload produced an arrival at {t} ms, before the current "
-                        f"virtual time {self.now} ms; arrivals must be nondecreasing")]
-        )
-
     def _stuck_error(self, worker: PoolWorker) -> ReplayError:
         heads = [r.waiting[0].spec.request_id for r in worker.ranks if r.waiting]
         return ReplayError(
@@ -517,15 +437,18 @@ def replay_disaggregated(
     sink: Sink,
     *,
     progress: Callable[[float], None] | None = None,
+    bulk_decode: bool = True,
 ) -> DisaggStats:
     """Replay ``workload`` on a prefill pool and a decode pool; every request that arrives
     is sent to ``sink`` exactly once, when it becomes terminal (or at the end, as
     incomplete). ``progress`` (if given) receives the virtual time now and then."""
-    return DisaggReplay(prefill, decode, kv_transfer, workload, sink, progress).run()
+    return DisaggReplay(prefill, decode, kv_transfer, workload, sink, progress,
+                        bulk_decode=bulk_decode).run()
 
 
 def replay_payload_roles(payload: Payload, workload: Workload, sink: Sink, *,
-                         progress: Callable[[float], None] | None = None) -> ReplayResult:
+                         progress: Callable[[float], None] | None = None,
+                         bulk_decode: bool = True) -> ReplayResult:
     """The built-in ``disagg`` engine's replay of a checked payload.
 
     The report gains ``prefill_worker_seconds`` and ``decode_worker_seconds`` (every worker
@@ -535,7 +458,7 @@ def replay_payload_roles(payload: Payload, workload: Workload, sink: Sink, *,
     """
     prefill, decode = payload.roles["prefill"], payload.roles["decode"]
     stats = replay_disaggregated(prefill, decode, payload.kv_transfer, workload, sink,
-                                 progress=progress)
+                                 progress=progress, bulk_decode=bulk_decode)
     p_s, d_s = stats.prefill_worker_seconds, stats.decode_worker_seconds
     return ReplayResult(
         end_ms=stats.end_ms,

@@ -165,6 +165,11 @@ class DecodeRank(RankScheduler):
             self.state.release(seq.state, done=True)
         seq.num_published = 0
 
+    def _intake_blocked(self) -> bool:
+        if self.materialized and len(self.running) < self.max_sequences:
+            return False
+        return super()._intake_blocked()
+
     def _admit_waiting(
         self, scheduled: list[SeqState], out: RankPass, now: float, defer: bool
     ) -> None:

@@ -13,27 +13,24 @@ a pass boundary joins the next pass and a decision never sees an unfinished pass
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import attrs
 
-from servesim.engines.kernel.audit import guard_replay
-from servesim.engines.kernel.events import PHASE_ARRIVAL, PHASE_ENGINE, EventQueue
+from servesim.engines.kernel.loop import PassEnd, PassWorker, ReplayLoop
 from servesim.engines.kernel.requests import (
     RequestRecord,
     RequestSpec,
     TerminalStatus,
     Workload,
 )
-from servesim.engines.vllm.scheduler import RankPass, RankScheduler, SeqState
+from servesim.engines.vllm.scheduler import RankScheduler, SeqState
 from servesim.errors import Diagnostic, ReplayError
 from servesim.payload import RoleArgs
 from servesim.timing import StepTimer, make_timer
 
 Sink = Callable[[RequestRecord], None]
-
-# Report progress every this many loop iterations (and once at the end).
-_PROGRESS_EVERY = 4096
 
 
 @attrs.frozen(slots=True)
@@ -54,31 +51,19 @@ class ReplayStats:
         return len(self.worker_busy_ms) * self.end_ms / 1000.0
 
 
-@attrs.define(slots=True, eq=False)
-class Worker:
-    """One replica: its rank schedulers and the pass in flight."""
-
-    index: int
-    ranks: list[RankScheduler]
-    next_rank: int = 0
-    wave_step: int = 0  # passes since the worker's DP group last drained
-    busy: bool = False
-    pass_start: float = 0.0
-    pending: list[RankPass] = attrs.field(factory=list)
-    busy_ms: float = 0.0
+@attrs.define(slots=True, eq=False, kw_only=True)
+class Worker(PassWorker):
+    """One aggregated replica: its rank schedulers and the pass in flight."""
 
 
-@attrs.define(slots=True, eq=False)
-class _PassEnd:
-    worker: Worker
-
-
-class AggregatedReplay:
+class AggregatedReplay(ReplayLoop[Worker]):
     """One aggregated run; :func:`replay_aggregated` is the usual entry point. Keeping the
     object gives access to the workers (and their rank pools) after :meth:`run`.
 
     All workers are ready at t=0; ``startup_seconds`` only delays workers added during a
-    run, which an aggregated replay without scaling never does.
+    run, which an aggregated replay without scaling never does. ``bulk_decode=False`` is
+    the reference mode: every pass goes through the event heap (see
+    :mod:`servesim.engines.kernel.loop`).
     """
 
     def __init__(
@@ -88,71 +73,29 @@ class AggregatedReplay:
         workload: Workload,
         sink: Sink,
         progress: Callable[[float], None] | None,
+        *,
+        bulk_decode: bool = True,
     ) -> None:
+        super().__init__(workload, sink, progress, bulk_decode=bulk_decode)
         self.role = role
-        self.workload = workload
-        self.sink = sink
-        self.progress = progress
         dp = role.attention_data
-        self.workers = [
-            Worker(index=w, ranks=[RankScheduler(role, timer, rank_offset=w * dp + r)
-                                   for r in range(dp)])
+        self._workers = [
+            Worker(index=w, key=w, ranks=[RankScheduler(role, timer, rank_offset=w * dp + r)
+                                          for r in range(dp)])
             for w in range(role.replicas)
         ]
-        self.events: EventQueue[_PassEnd | RequestSpec] = EventQueue()
         self.live: dict[int, SeqState] = {}
-        self.now = 0.0
         self.next_worker = 0
-        self.passes = 0
-        self.num_requests = 0
-        self.counts = {"completed": 0, "rejected": 0, "incomplete": 0}
         self.dirty: list[Worker] = []
+
+    @property
+    def workers(self) -> Sequence[Worker]:
+        return self._workers
 
     # -- main loop ------------------------------------------------------------------------
 
     def run(self) -> ReplayStats:
-        events = self.events
-        cutoff = self.workload.max_time_ms
-        arrivals: Iterator[RequestSpec] = iter(self.workload.start())
-        lookahead = next(arrivals, None)
-        inf = float("inf")
-        iterations = 0
-        guard = guard_replay(self)  # watchdog; invariant auditor when enabled
-        while True:
-            t_event = events.peek_time()
-            t = inf if t_event is None else t_event
-            if lookahead is not None and lookahead.arrival_ms < t:
-                t = lookahead.arrival_ms
-            if t == inf or (cutoff is not None and t > cutoff):
-                break
-            if t < self.now:
-                raise self._order_error(t)
-            self.now = t
-            while lookahead is not None and lookahead.arrival_ms <= t:
-                events.push(lookahead.arrival_ms, PHASE_ARRIVAL, lookahead.request_id, lookahead)
-                lookahead = next(arrivals, None)
-            while True:
-                t_event = events.peek_time()
-                if t_event is None or t_event > t:
-                    break
-                _, _, item = events.pop()
-                if isinstance(item, _PassEnd):
-                    self._end_pass(item.worker)
-                else:
-                    self._arrive(item)
-            if self.dirty:
-                dirty, self.dirty = self.dirty, []
-                for worker in dirty:
-                    if not worker.busy:
-                        self._start_pass(worker)
-            guard.instant(self.now)
-            iterations += 1
-            if self.progress is not None and iterations % _PROGRESS_EVERY == 0:
-                self.progress(self.now)
-        self._flush_incomplete()
-        guard.finish()
-        if self.progress is not None:
-            self.progress(self.now)
+        self.run_loop()
         return ReplayStats(
             end_ms=self.now,
             passes=self.passes,
@@ -165,11 +108,24 @@ class AggregatedReplay:
 
     # -- events ---------------------------------------------------------------------------
 
+    def _dispatch(self, item: Any) -> None:
+        if isinstance(item, PassEnd):
+            self._end_pass(item.worker)
+        else:
+            self._arrive(item)
+
+    def _settle(self) -> None:
+        if self.dirty:
+            dirty, self.dirty = self.dirty, []
+            starters = self._starters(dirty)
+            last = len(starters) - 1
+            for i, worker in enumerate(starters):
+                self._start_pass(worker, bulk=i == last)
+
     def _arrive(self, spec: RequestSpec) -> None:
-        worker = self.workers[self.next_worker]
-        self.next_worker = (self.next_worker + 1) % len(self.workers)
-        rank = worker.ranks[worker.next_rank]
-        worker.next_rank = (worker.next_rank + 1) % len(worker.ranks)
+        worker = self._workers[self.next_worker]
+        self.next_worker = (self.next_worker + 1) % len(self._workers)
+        rank = worker.ranks[worker.place()]
         record = RequestRecord(
             request_id=spec.request_id,
             arrival_ms=spec.arrival_ms,
@@ -192,41 +148,26 @@ class AggregatedReplay:
         if not worker.busy:
             self.dirty.append(worker)
 
-    def _start_pass(self, worker: Worker) -> None:
+    def _start_pass(self, worker: Worker, *, bulk: bool = False) -> None:
+        """Start ``worker``'s next pass; with ``bulk`` (no other worker starts after it at
+        this instant) first run its steady decode passes that end before the next event."""
+        if bulk and self.bulk_decode:
+            self._advance_steady(worker, _token_times)
         now = self.now
-        results: list[RankPass] = []
-        duration = 0.0
-        progressed = False
-        dp_size = len(worker.ranks)
-        for rank in worker.ranks:
-            if not rank.has_work:
-                continue
-            res = rank.execute_pass(now, worker.wave_step, dp_size)
-            results.append(res)
-            progressed = progressed or res.progressed
-            d = res.duration_ms
-            if d > duration:
-                duration = d
+        results, duration, progressed = self._run_ranks(worker)
         if not results:
             worker.wave_step = 0  # the DP group drained: the prefill cadence restarts
             return  # nothing to do: the worker sleeps until an arrival marks it dirty
         if not progressed:
             raise self._stuck_error(worker)
-        self.passes += 1
-        worker.wave_step += 1
-        worker.busy = True
-        worker.pass_start = now
-        worker.pending = results
-        self.events.push(now + duration, PHASE_ENGINE, worker.index, _PassEnd(worker))
+        self._launch(worker, results, duration)
         for res in results:
             for seq in res.rejected:
                 self._terminal(seq, "rejected", now)
 
     def _end_pass(self, worker: Worker) -> None:
         end = self.now
-        worker.busy = False
-        worker.busy_ms += end - worker.pass_start
-        pending, worker.pending = worker.pending, []
+        pending = self._close(worker)
         for res in pending:
             for seq in res.emitted:  # a speculative burst: one entry per token
                 seq.record.token_times.append(end)
@@ -242,10 +183,7 @@ class AggregatedReplay:
         del self.live[record.request_id]
         self.counts[status] += 1
         self.sink(record)
-        for spec in self.workload.on_terminal(seq.spec, time_ms):
-            if spec.arrival_ms < time_ms:
-                raise self._order_error(spec.arrival_ms)
-            self.events.push(spec.arrival_ms, PHASE_ARRIVAL, spec.request_id, spec)
+        self._release(seq.spec, time_ms)
 
     def _flush_incomplete(self) -> None:
         # Passes still in flight at the cutoff never completed: their tokens are dropped.
@@ -257,13 +195,6 @@ class AggregatedReplay:
         self.live.clear()
 
     # -- errors ---------------------------------------------------------------------------
-
-    def _order_error(self, t: float) -> ReplayError:
-        return ReplayError(
-            [Diagnostic(code="workload-order",
-                        message=f"workload produced an arrival at {t} ms, before the current "
-                        f"virtual time {self.now} ms; arrivals must be nondecreasing")]
-        )
 
     def _stuck_error(self, worker: Worker) -> ReplayError:
         heads = [r.waiting[0].spec.request_id for r in worker.ranks if r.waiting]
@@ -281,13 +212,20 @@ def replay_aggregated(
     sink: Sink,
     *,
     progress: Callable[[float], None] | None = None,
+    bulk_decode: bool = True,
 ) -> ReplayStats:
     """Replay ``workload`` on ``role.replicas`` vLLM workers; every request that arrives is
     sent to ``sink`` exactly once, when it becomes terminal (or at the end, as incomplete).
 
     Open-loop requests are pulled lazily from ``workload.start()``; requests released by
     ``workload.on_terminal`` join the same event queue. ``progress`` (if given) receives
-    the current virtual time in ms now and then and once at the end.
+    the current virtual time in ms now and then and once at the end. ``bulk_decode=False``
+    steps every pass (the reference mode; same results, slower).
     """
-    run = AggregatedReplay(role, make_timer(role), workload, sink, progress)
+    run = AggregatedReplay(role, make_timer(role), workload, sink, progress,
+                           bulk_decode=bulk_decode)
     return run.run()
+
+
+def _token_times(seq: SeqState) -> Any:
+    return seq.record.token_times

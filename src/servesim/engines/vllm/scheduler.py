@@ -276,6 +276,140 @@ class RankScheduler:
         self._emit_ready_tokens(scheduled, out)
         return out
 
+    # -- bulk advance of steady decode (spec §5.6; ARCHITECTURE "Replay kernel and speed") --
+
+    def steady_plan(self) -> tuple[int, int, int] | None:
+        """``(max_steps, batch, active_kv_tokens)`` if the next passes are homogeneous decode
+        steps, else None.
+
+        Steady: every running request is decoding (one dangling token, prompt done), the
+        whole batch fits the token budget, there are no speculative bursts and no state
+        cache, and nothing can be admitted: no waiting request, or the sequence cap is
+        reached, or the waiting head is blocked on blocks. A blocked head stays blocked
+        while no request finishes: blocks only get scarcer, and a decode step publishes
+        only blocks holding its own generated tokens, which no other prompt contains.
+        ``max_steps`` stops before the pass in which the first request completes; block
+        crossings are bounded separately (:meth:`steady_block_limit`).
+        """
+        if self.sampler is not None or self.state is not None:
+            return None
+        running = self.running
+        n = len(running)
+        if n == 0 or n > self.max_batched_tokens or not self._intake_blocked():
+            return None
+        steps = self.len_cap
+        active = 0
+        for seq in running:
+            c = seq.num_computed
+            length = seq.prompt_len + seq.generated
+            if c + 1 != length or c < seq.prompt_len:
+                return None
+            left = seq.stop_len - length
+            if left < steps:
+                steps = left
+            active += length
+        if steps <= 1:
+            return None
+        return steps - 1, n, active
+
+    def _intake_blocked(self) -> bool:
+        """The next pass admits and rejects nothing, and neither do later ones as long as no
+        request finishes (see :meth:`steady_plan`); pure apart from hash memoization."""
+        waiting = self.waiting
+        if not waiting or len(self.running) >= self.max_sequences:
+            return True
+        seq = waiting[0]
+        if seq.status != WAITING:
+            return False  # not a state a pass leaves behind: let the stepwise pass see it
+        if self.max_model_len is not None and seq.prompt_len >= self.max_model_len:
+            return False
+        length = seq.prompt_len + seq.generated
+        total_blocks = -(-length // self.block_size) + self.state_blocks
+        pool = self.pool
+        if total_blocks > pool.num_blocks:
+            return False
+        _, reuse = self._prefix_cost(seq, length)
+        active_reused = sum(1 for b in reuse if pool.is_active(b))
+        return total_blocks - active_reused > pool.num_available
+
+    def _steady_crossings(self) -> list[int]:
+        """Per running request, the first steady step that needs a new block."""
+        bs = self.block_size
+        return [len(seq.lease) * bs - seq.num_computed + 1 for seq in self.running]
+
+    def steady_block_limit(self, steps: int) -> int:
+        """The most steady steps (at most ``steps``) whose block allocations all succeed.
+
+        A decode step crossing into a new block allocates it; with no request finishing
+        and nothing admitted, the ``num_available`` blocks bound the crossings, so none of
+        these allocations can fail or preempt.
+        """
+        bs = self.block_size
+        firsts = self._steady_crossings()
+        available = self.pool.num_available
+
+        def needed(k: int) -> int:
+            return sum(1 + (k - j) // bs for j in firsts if j <= k)
+
+        if needed(steps) <= available:
+            return steps
+        lo, hi = 0, steps  # needed(lo) <= available < needed(hi)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if needed(mid) <= available:
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+    def advance_steady(self, steps: int, wave_step: int, dp_size: int) -> None:
+        """Apply ``steps`` steady decode passes at once (:meth:`steady_plan` said they are).
+
+        The result is what ``steps`` calls of :meth:`execute_pass` would leave: every request
+        computed and generated ``steps`` more tokens; block allocations at crossings and
+        publications of completed blocks happen step by step in running order, exactly as
+        the passes would run them. The caller stamps the tokens and prices the steps.
+        """
+        bs, caching, pool = self.block_size, self.caching, self.pool
+        running = list(self.running)
+        events: list[tuple[int, int, int]] = []  # (step, position, kind: 0 alloc, 1 publish)
+        for i, j in enumerate(self._steady_crossings()):
+            while j <= steps:
+                events.append((j, i, 0))
+                j += bs
+        if caching:
+            for i, seq in enumerate(running):
+                j = bs - seq.num_computed % bs
+                while j <= steps:
+                    events.append((j, i, 1))
+                    j += bs
+        base = [(seq.num_computed, seq.generated) for seq in running]
+        if events:
+            events.sort()
+            for j, i, kind in events:
+                seq = running[i]
+                c0, g0 = base[i]
+                # the state the stepwise pass j sees: j - 1 tokens generated so far
+                seq.generated = g0 + j - 1
+                end = c0 + j
+                seq.num_computed = end
+                if kind == 0:
+                    ok = pool.allocate(seq.lease, len(seq.lease) + 1)
+                    assert ok, "a steady block crossing failed to allocate"
+                if caching:
+                    self._publish(seq, end // bs)
+        for seq, (c0, g0) in zip(running, base, strict=True):
+            seq.num_computed = c0 + steps
+            seq.generated = g0 + steps
+        self._pass_id += steps
+        # The cadence flag: a non-deferred pass sets it to "requests left waiting".
+        flag = self._prefill_capacity_bound
+        interval = self.prefill_interval
+        for j in range(min(steps, interval)):
+            if dp_size <= 1 or (wave_step + j) % interval == 0 or flag:
+                self._prefill_capacity_bound = bool(self.waiting)
+                break
+
     def _admit_waiting(
         self, scheduled: list[SeqState], out: RankPass, now: float, defer: bool
     ) -> None:

@@ -1,0 +1,300 @@
+"""The replay kernel shared by the built-in engines: clock, event heap, worker passes.
+
+:class:`ReplayLoop` owns virtual time, the event heap and the lazily pulled open-loop
+arrivals; an engine subclass says what its events do (:meth:`ReplayLoop._dispatch`), what
+happens once the events of an instant were processed (:meth:`ReplayLoop._settle`: start
+idle workers, retry handoffs) and how requests still in flight end
+(:meth:`ReplayLoop._flush_incomplete`).
+
+A worker is ``attention_data`` rank schedulers running passes in lockstep; the kernel runs
+one pass of a worker (:meth:`ReplayLoop._run_ranks`), puts it in flight
+(:meth:`ReplayLoop._launch`) and closes it when its end event fires
+(:meth:`ReplayLoop._close`).
+
+**Bulk advance of steady decode.** Between events that change a batch (an arrival, a
+prefill chunk, a completion, a block allocation that could fail or preempt), the passes of
+a worker are homogeneous decode steps: every request emits one token, the batch and its
+KV grow by one token per request and step. :meth:`ReplayLoop._advance_steady` applies as
+many of them as end strictly before the next event of the run, at once: step times come
+from the timer at each step's closed-form KV token count and are accumulated in the same
+order as the stepwise loop would (so the floats are the same), token timestamps are
+appended as one array per request, and the per-step side effects that remain (block
+allocations at crossings, publications of completed blocks) run in stepwise order. The
+reference mode (``bulk_decode=False``) steps every pass through the event heap; a
+differential test asserts both give identical records and reports.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+import attrs
+
+from servesim.engines.kernel.audit import guard_replay
+from servesim.engines.kernel.events import PHASE_ARRIVAL, PHASE_ENGINE, EventQueue
+from servesim.engines.kernel.requests import RequestRecord, RequestSpec, Workload
+from servesim.errors import Diagnostic, ReplayError
+
+if TYPE_CHECKING:
+    from servesim.engines.vllm.scheduler import RankPass, RankScheduler, SeqState
+
+Sink = Callable[[RequestRecord], None]
+
+# Report progress every this many loop iterations (and once at the end).
+PROGRESS_EVERY = 4096
+
+
+@attrs.define(slots=True, eq=False, kw_only=True)
+class PassWorker:
+    """One replica: its rank schedulers and the pass in flight."""
+
+    index: int  # within its pool
+    key: int  # event tie-break id, unique across the run
+    ranks: list[RankScheduler]
+    next_rank: int = 0
+    wave_step: int = 0  # passes since the worker's DP group last drained
+    busy: bool = False
+    pass_start: float = 0.0
+    pending: list[RankPass] = attrs.field(factory=list)
+    busy_ms: float = 0.0
+
+    def place(self) -> int:
+        """Round-robin over this worker's ranks."""
+        rank = self.next_rank
+        self.next_rank = (rank + 1) % len(self.ranks)
+        return rank
+
+
+W = TypeVar("W", bound=PassWorker)
+
+
+@attrs.define(slots=True, eq=False)
+class PassEnd(Generic[W]):
+    worker: W
+
+
+class ReplayLoop(Generic[W]):
+    """Clock, event heap and worker passes of one run (see the module docstring)."""
+
+    def __init__(self, workload: Workload, sink: Sink,
+                 progress: Callable[[float], None] | None, *, bulk_decode: bool = True) -> None:
+        self.workload = workload
+        self.sink = sink
+        self.progress = progress
+        self.bulk_decode = bulk_decode
+        self.events: EventQueue[Any] = EventQueue()
+        self.now = 0.0
+        self.passes = 0
+        self.bulk_passes = 0  # of those, passes applied by the bulk advance
+        self.num_requests = 0
+        self.counts = {"completed": 0, "rejected": 0, "incomplete": 0}
+        self._lookahead: RequestSpec | None = None
+
+    @property
+    def workers(self) -> Sequence[W]:
+        raise NotImplementedError
+
+    # -- hooks ------------------------------------------------------------------------------
+
+    def _dispatch(self, item: Any) -> None:
+        """Process one event popped at ``self.now``."""
+        raise NotImplementedError
+
+    def _settle(self) -> None:
+        """After the events of an instant (start idle workers...)."""
+        raise NotImplementedError
+
+    def _flush_incomplete(self) -> None:
+        raise NotImplementedError
+
+    # -- main loop ------------------------------------------------------------------------
+
+    def run_loop(self) -> None:
+        """Process events in order until none is left or the cutoff is passed."""
+        events = self.events
+        cutoff = self.workload.max_time_ms
+        arrivals: Iterator[RequestSpec] = iter(self.workload.start())
+        lookahead = next(arrivals, None)
+        self._lookahead = lookahead
+        inf = float("inf")
+        iterations = 0
+        guard = guard_replay(self)  # watchdog; invariant auditor when enabled
+        while True:
+            t_event = events.peek_time()
+            t = inf if t_event is None else t_event
+            if lookahead is not None and lookahead.arrival_ms < t:
+                t = lookahead.arrival_ms
+            if t == inf or (cutoff is not None and t > cutoff):
+                break
+            if t < self.now:
+                raise self._order_error(t)
+            self.now = t
+            while lookahead is not None and lookahead.arrival_ms <= t:
+                events.push(lookahead.arrival_ms, PHASE_ARRIVAL, lookahead.request_id, lookahead)
+                lookahead = next(arrivals, None)
+            self._lookahead = lookahead
+            while True:
+                t_event = events.peek_time()
+                if t_event is None or t_event > t:
+                    break
+                self._dispatch(events.pop()[2])
+            self._settle()
+            guard.instant(self.now)
+            iterations += 1
+            if self.progress is not None and iterations % PROGRESS_EVERY == 0:
+                self.progress(self.now)
+        self._flush_incomplete()
+        guard.finish()
+        if self.progress is not None:
+            self.progress(self.now)
+
+    def _release(self, spec: RequestSpec, time_ms: float) -> None:
+        """Queue the requests the workload releases because ``spec`` ended at ``time_ms``."""
+        for new in self.workload.on_terminal(spec, time_ms):
+            if new.arrival_ms < time_ms:
+                raise self._order_error(new.arrival_ms)
+            self.events.push(new.arrival_ms, PHASE_ARRIVAL, new.request_id, new)
+
+    # -- worker passes ----------------------------------------------------------------------
+
+    def _run_ranks(self, worker: W) -> tuple[list[RankPass], float, bool]:
+        """One pass of every rank with work: results, the worker's duration (its slowest
+        rank), whether anything progressed."""
+        now = self.now
+        results: list[RankPass] = []
+        duration = 0.0
+        progressed = False
+        dp_size = len(worker.ranks)
+        for rank in worker.ranks:
+            if not rank.has_work:
+                continue
+            res = rank.execute_pass(now, worker.wave_step, dp_size)
+            results.append(res)
+            progressed = progressed or res.progressed
+            d = res.duration_ms
+            if d > duration:
+                duration = d
+        return results, duration, progressed
+
+    def _launch(self, worker: W, results: list[RankPass], duration: float) -> None:
+        self.passes += 1
+        worker.wave_step += 1
+        worker.busy = True
+        worker.pass_start = self.now
+        worker.pending = results
+        self.events.push(self.now + duration, PHASE_ENGINE, worker.key, PassEnd(worker))
+
+    def _close(self, worker: W) -> list[RankPass]:
+        """The pass of ``worker`` ended at ``self.now``: its results."""
+        worker.busy = False
+        worker.busy_ms += self.now - worker.pass_start
+        pending, worker.pending = worker.pending, []
+        return pending
+
+    @staticmethod
+    def _starters(dirty: Sequence[W]) -> list[W]:
+        """Idle workers among ``dirty``, once each, in order."""
+        return [w for w in dict.fromkeys(dirty) if not w.busy]
+
+    # -- bulk advance -----------------------------------------------------------------------
+
+    def _horizon(self) -> float:
+        """Time of the next event of the run other than passes not started yet."""
+        t_event = self.events.peek_time()
+        t = float("inf") if t_event is None else t_event
+        lookahead = self._lookahead
+        if lookahead is not None and lookahead.arrival_ms < t:
+            t = lookahead.arrival_ms
+        return t
+
+    def _advance_steady(self, worker: W, stamp: Callable[[SeqState], array]) -> None:
+        """Run the steady decode passes of ``worker`` that end before the next event.
+
+        Called when ``worker`` is the last to start a pass at this instant, so the event
+        heap holds every other pass in flight. Each pass ``j`` would start at the previous
+        end, emit one token per request and end at ``t_j = t_{j-1} + duration_j``; its end
+        event would be the next one processed while ``t_j`` is before every other event
+        (ties go to the heap) and not past the cutoff. Leaves ``self.now`` at the last end.
+        """
+        plans: list[tuple[RankScheduler, int, int]] = []
+        steps = -1
+        for rank in worker.ranks:
+            if not rank.has_work:
+                continue  # stays idle: nothing arrives before the horizon
+            plan = rank.steady_plan()
+            if plan is None:
+                return
+            k, n, active = plan
+            plans.append((rank, n, active))
+            steps = k if steps < 0 else min(steps, k)
+        if not plans:
+            return
+        horizon = self._horizon()
+        cutoff = self.workload.max_time_ms
+        if cutoff is not None and cutoff < horizon:
+            horizon_ok: Callable[[float], bool] = lambda t: t <= cutoff and t < horizon  # noqa: E731
+        else:
+            horizon_ok = horizon.__gt__
+        ends = array("d")
+        t = self.now
+        if len(plans) == 1:
+            rank, n, active = plans[0]
+            decode_ms, total = rank.timer.decode_ms, rank.total_kv_tokens
+            for j in range(steps):
+                a = active + n * j
+                duration = 0.0 + decode_ms(n, a, a // n, total)  # prefill half + decode half
+                if duration <= 0.0:
+                    break
+                end = t + duration
+                if not horizon_ok(end):
+                    break
+                ends.append(end)
+                t = end
+        else:
+            for j in range(steps):
+                duration = 0.0
+                for rank, n, active in plans:
+                    a = active + n * j
+                    d = 0.0 + rank.timer.decode_ms(n, a, a // n, rank.total_kv_tokens)
+                    if d > duration:
+                        duration = d
+                if duration <= 0.0:
+                    break
+                end = t + duration
+                if not horizon_ok(end):
+                    break
+                ends.append(end)
+                t = end
+        k = len(ends)
+        for rank, _, _ in plans:
+            if k:
+                k = rank.steady_block_limit(k)
+        if not k:
+            return
+        del ends[k:]
+        dp_size = len(worker.ranks)
+        for rank, _, _ in plans:
+            rank.advance_steady(k, worker.wave_step, dp_size)
+            for seq in rank.running:
+                stamp(seq).extend(ends)
+        busy = worker.busy_ms
+        start = self.now
+        for end in ends:
+            busy += end - start
+            start = end
+        worker.busy_ms = busy
+        worker.wave_step += k
+        self.passes += k
+        self.bulk_passes += k
+        self.now = ends[-1]
+
+    # -- errors ---------------------------------------------------------------------------
+
+    def _order_error(self, t: float) -> ReplayError:
+        return ReplayError(
+            [Diagnostic(code="workload-order",
+                        message=f"workload produced an arrival at {t} ms, before the current "
+                        f"virtual time {self.now} ms; arrivals must be nondecreasing")]
+        )
