@@ -1,22 +1,31 @@
-"""Replay speed: wall seconds, simulated requests and output tokens per wall second, peak RSS.
+"""Replay speed: wall and CPU seconds, simulated requests and output tokens per wall second,
+peak RSS; the bulk decode advance against the stepwise reference, with their ratio.
 
-Each case runs in its own process so peak RSS is the case's own. Usage::
+Each case and mode runs in its own process so peak RSS is its own. Usage::
 
-    python bench/replay_speed.py            # poisson_10k and the Mooncake conversation trace
-    python bench/replay_speed.py --case poisson_10k
+    python bench/replay_speed.py                 # poisson_10k and mooncake_conversation,
+                                                 # both modes, ratio, report identity
+    python bench/replay_speed.py --case poisson_1m   # the 1M-request run (bulk mode only)
+    python bench/replay_speed.py --case poisson_10k --mode stepwise
 
-Setup: one aggregated vLLM worker of Qwen3-32B on one H200 (pool from GPU memory),
+Setup: aggregated vLLM workers of Qwen3-32B on one H200 each (pool from GPU memory),
 block 64, max_batched_tokens 8192, max_sequences 256, prefix caching on, polynomial
-timing. The traces are in bench/traces/.
+timing. poisson_10k and mooncake_conversation (12,031 requests) run on one worker, from
+bench/traces/. poisson_1m runs on 16 workers: a 1,000,000-request Poisson trace generated
+here deterministically (seeded; never committed) into a temporary file, with per-request
+JSONL streamed to a temporary file.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import random
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -26,6 +35,8 @@ CONFIG = """
 [engine]
 model = "Qwen/Qwen3-32B"
 hardware = "h200_sxm"
+[engine.workers.aggregated.parallelism]
+replicas = {replicas}
 [engine.workers.aggregated.scheduler]
 max_batched_tokens = 8192
 max_sequences = 256
@@ -44,24 +55,67 @@ type = "trace_timestamps"
 CASES = {
     "poisson_10k": "traces/poisson_10k.jsonl",
     "mooncake_conversation": "traces/mooncake_conversation.jsonl",
+    "poisson_1m": None,  # generated
 }
+DEFAULT_CASES = ("poisson_10k", "mooncake_conversation")
+
+# The generated trace: 1M requests, Poisson arrivals at 112 requests/s for 16 workers (7 per
+# worker per second: busy, stable), prompt and output lengths like poisson_10k's. Prompts
+# are a shared system prompt (one of 64) followed by blocks from a 50k-block vocabulary,
+# so the trace reader's hash-id table stays bounded.
+MILLION = 1_000_000
+MILLION_RATE_PER_S = 112.0
+MILLION_WORKERS = 16
+MILLION_SEED = 20260101
 
 
-def run_case(name: str) -> dict[str, float]:
+def generate_million(path: Path, n: int = MILLION) -> None:
+    rng = random.Random(MILLION_SEED)
+    t = 0.0
+    with path.open("w", encoding="utf-8") as f:
+        for _ in range(n):
+            t += rng.expovariate(MILLION_RATE_PER_S / 1000.0)
+            isl = max(16, int(rng.lognormvariate(6.2, 0.6)))
+            osl = max(1, int(rng.lognormvariate(5.3, 0.6)))
+            blocks = -(-isl // 512)
+            ids = [rng.randrange(64)] + [64 + rng.randrange(50_000) for _ in range(blocks - 1)]
+            f.write(json.dumps({"timestamp": round(t, 3), "input_length": isl,
+                                "output_length": osl, "hash_ids": ids}) + "\n")
+
+
+def run_case(name: str, mode: str) -> dict[str, float | str]:
     from servesim.compiler import compile_text
     from servesim.plugins.manager import EngineRegistry, get_plugin_manager
     from servesim.replay import replay_payload
 
     registry = EngineRegistry.collect(get_plugin_manager(load_entrypoints=False))
-    trace = (HERE / CASES[name]).as_posix()
-    payload = compile_text(CONFIG.format(trace=trace), registry=registry)
-    started = time.perf_counter()
-    outcome = replay_payload(payload, registry=registry)
-    wall = time.perf_counter() - started
+    engine = registry.engine_class("vllm")
+    engine.bulk_decode = mode == "bulk"  # type: ignore[union-attr]  # this process only
+    with tempfile.TemporaryDirectory() as tmp:
+        requests_out = None
+        if CASES[name] is None:
+            trace = Path(tmp) / "poisson_1m.jsonl"
+            generate_million(trace)
+            replicas = MILLION_WORKERS
+            requests_out = Path(tmp) / "requests.jsonl"
+        else:
+            trace = HERE / str(CASES[name])
+            replicas = 1
+        payload = compile_text(CONFIG.format(trace=trace.as_posix(), replicas=replicas),
+                               registry=registry)
+        cpu0 = time.process_time()
+        started = time.perf_counter()
+        outcome = replay_payload(payload, registry=registry, requests_out=requests_out)
+        wall = time.perf_counter() - started
+        cpu = time.process_time() - cpu0
     report = outcome.report
+    report.pop("trace_sha256", None)  # the generated trace's temporary file
+    digest = hashlib.sha256(json.dumps(report, sort_keys=True).encode()).hexdigest()
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {
+        "mode": mode,
         "wall_s": wall,
+        "cpu_s": cpu,
         "requests": report["num_requests"],
         "completed": report["completed_requests"],
         "output_tokens": report["total_output_tokens"],
@@ -69,28 +123,50 @@ def run_case(name: str) -> dict[str, float]:
         "output_tokens_per_wall_s": report["total_output_tokens"] / wall,
         "peak_rss_mb": rss_mb,
         "virtual_s": report["duration_ms"] / 1000,
+        "report_sha256": digest,
     }
+
+
+def _child(name: str, mode: str) -> dict[str, float | str]:
+    out = subprocess.run([sys.executable, __file__, "--case", name, "--mode", mode,
+                          "--child"], check=True, capture_output=True, text=True).stdout
+    result: dict[str, float | str] = json.loads(out)
+    return result
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", choices=sorted(CASES))
-    parser.add_argument("--json", action="store_true", help="print one JSON object per case")
+    parser.add_argument("--mode", choices=("bulk", "stepwise", "both"), default=None,
+                        help="default: both, except bulk for poisson_1m")
+    parser.add_argument("--json", action="store_true", help="print one JSON object per run")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.case:
-        print(json.dumps(run_case(args.case)))
+    if args.child:
+        print(json.dumps(run_case(args.case, args.mode)))
         return
-    print(f"{'case':24} {'wall s':>8} {'requests':>9} {'req/s':>9} {'out tok/s':>11} "
-          f"{'peak RSS MB':>12}")
-    for name in CASES:
-        out = subprocess.run([sys.executable, __file__, "--case", name], check=True,
-                             capture_output=True, text=True).stdout
-        r = json.loads(out)
-        if args.json:
-            print(json.dumps({"case": name, **r}))
-            continue
-        print(f"{name:24} {r['wall_s']:8.2f} {r['requests']:9d} {r['requests_per_wall_s']:9.0f} "
-              f"{r['output_tokens_per_wall_s']:11.0f} {r['peak_rss_mb']:12.0f}")
+    cases = [args.case] if args.case else list(DEFAULT_CASES)
+    if not args.json:
+        print(f"{'case':22} {'mode':8} {'wall s':>8} {'cpu s':>8} {'requests':>9} {'req/s':>9} "
+              f"{'out tok/s':>11} {'peak RSS MB':>12}")
+    for name in cases:
+        mode = args.mode or ("bulk" if name == "poisson_1m" else "both")
+        modes = ("bulk", "stepwise") if mode == "both" else (mode,)
+        runs = [_child(name, m) for m in modes]
+        for r in runs:
+            if args.json:
+                print(json.dumps({"case": name, **r}))
+                continue
+            print(f"{name:22} {r['mode']:8} {r['wall_s']:8.2f} {r['cpu_s']:8.2f} "
+                  f"{r['requests']:9d} {r['requests_per_wall_s']:9.0f} "
+                  f"{r['output_tokens_per_wall_s']:11.0f} {r['peak_rss_mb']:12.0f}")
+        if len(runs) == 2 and not args.json:
+            bulk, step = runs
+            same = bulk["report_sha256"] == step["report_sha256"]
+            wall = float(step["wall_s"]) / float(bulk["wall_s"])
+            cpu = float(step["cpu_s"]) / float(bulk["cpu_s"])
+            print(f"{name:22} ratio    stepwise/bulk wall {wall:.2f}x, cpu {cpu:.2f}x; "
+                  f"reports {'identical' if same else 'DIFFER'}")
 
 
 if __name__ == "__main__":

@@ -2,8 +2,10 @@
 
 Population: only ``completed`` requests contribute to token counts, latency samples,
 throughput and goodput; every record counts in ``num_requests``. Memory per finished
-request is O(1) apart from the latency sample arrays (``array('d')``; ITL keeps one
-sample per token gap).
+request is O(1): per-request latencies are ``array('d')`` samples (8 bytes each), and ITL,
+one sample per token gap, is kept as exact ``value -> count`` multiplicities (gaps repeat:
+a pass's duration is the gap of every request in it), so its memory grows with the
+distinct gaps, not with the tokens.
 
 Distributions are reported as ``mean_/min_/max_/median_/p75_/p90_/p95_/p99_/std_<name>``
 (``_ms`` suffix for latencies). Percentile ``p`` is the sorted sample at rank
@@ -14,11 +16,13 @@ records always give the same floats, whatever order they were added in.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import json
 import math
 import operator
 from array import array
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import IO, Any
 
@@ -59,6 +63,49 @@ def distribution(samples: Iterable[float], name: str, unit: str = "_ms") -> dict
     # C-level maps instead of a generator: ITL has one sample per output token
     deviations = list(map(operator.sub, values, itertools.repeat(mean, n)))
     out[f"std_{name}{unit}"] = math.sqrt(math.fsum(map(operator.mul, deviations, deviations)) / n)
+    return out
+
+
+def exact_sum(values: Iterable[float], counts: Iterable[int]) -> float:
+    """``math.fsum`` of every value repeated ``count`` times, in O(distinct values).
+
+    Both are the exact sum correctly rounded to a float: here the exact sum is an integer
+    over a power of two, and ``int / int`` rounds correctly.
+    """
+    num, exp = 0, 0  # the sum so far is num / 2**exp
+    for value, count in zip(values, counts, strict=True):
+        n, d = value.as_integer_ratio()
+        e = d.bit_length() - 1
+        if e > exp:
+            num <<= e - exp
+            exp = e
+        num += (count * n) << (exp - e)
+    return num / (1 << exp)
+
+
+def counted_distribution(counts: Mapping[float, int], name: str,
+                         unit: str = "_ms") -> dict[str, float]:
+    """:func:`distribution` of a multiset given as ``value -> count``; the same floats."""
+    items = sorted(counts.items())
+    values = [v for v, _ in items]
+    weights = [c for _, c in items]
+    n = sum(weights)
+    out: dict[str, float] = {}
+    if n == 0:
+        for stat in ("mean", "min", "max", *(p for p, _ in PERCENTILES), "std"):
+            out[f"{stat}_{name}{unit}"] = 0.0
+        return out
+    mean = exact_sum(values, weights) / n
+    out[f"mean_{name}{unit}"] = mean
+    out[f"min_{name}{unit}"] = values[0]
+    out[f"max_{name}{unit}"] = values[-1]
+    cumulative = list(itertools.accumulate(weights))
+    for label, p in PERCENTILES:
+        rank = min(max(math.floor((n - 1) * p / 100.0 + 0.5), 0), n - 1)
+        out[f"{label}_{name}{unit}"] = float(values[bisect.bisect_right(cumulative, rank)])
+    deviations = [v - mean for v in values]
+    squares = [d * d for d in deviations]
+    out[f"std_{name}{unit}"] = math.sqrt(exact_sum(squares, weights) / n)
     return out
 
 
@@ -177,7 +224,9 @@ class MetricsCollector:
         self.duration_ms = 0.0
         self.goodput_completed = 0
         self.goodput_output_tokens = 0
-        self._samples: dict[str, array] = {name: array("d") for name in LATENCIES}
+        self._samples: dict[str, array] = {name: array("d") for name in LATENCIES
+                                           if name != "itl"}
+        self._itl: Counter[float] = Counter()  # every gap between adjacent tokens, counted
 
     def add(self, record: RequestRecord) -> None:
         self.num_requests += 1
@@ -206,7 +255,7 @@ class MetricsCollector:
         if n >= 2:
             samples["ttst"].append(times[1] - times[0])
             samples["tpot"].append((times[-1] - times[0]) / (n - 1))
-            samples["itl"].extend(map(operator.sub, itertools.islice(times, 1, None), times))
+            self._itl.update(map(operator.sub, itertools.islice(times, 1, None), times))
         samples["e2e_latency"].append(_e2e(record))
         if self._sla is not None and meets_sla(record, self._sla):
             self.goodput_completed += 1
@@ -239,11 +288,16 @@ class MetricsCollector:
             "total_throughput_tok_s": rate(total_input + self.total_output_tokens),
         }
         for name in LATENCIES:
-            out.update(distribution(self._samples[name], name))
+            if name == "itl":
+                out.update(counted_distribution(self._itl, name))
+            else:
+                out.update(distribution(self._samples[name], name))
         # 1000 / gap for every positive gap (gaps are never negative)
-        gaps = self._samples["itl"]
-        out.update(distribution(map(operator.truediv, itertools.repeat(1000.0),
-                                    filter(None, gaps)), PER_USER, unit=""))
+        per_user: Counter[float] = Counter()
+        for gap, count in self._itl.items():
+            if gap:
+                per_user[1000.0 / gap] += count
+        out.update(counted_distribution(per_user, PER_USER, unit=""))
         out["num_ttft_samples"] = len(self._samples["ttft"])
         out["num_tpot_samples"] = len(self._samples["tpot"])
         out["num_e2e_latency_samples"] = len(self._samples["e2e_latency"])
