@@ -183,6 +183,13 @@ def check_deployment(mode: str, roles: Mapping[str, RoleArgs],
             out.extend(rule(role, path))
     if mode == "disaggregated" and expected <= set(roles):
         out.extend(_pd_rules(roles["prefill"], roles["decode"], kv_transfer))
+    elif kv_transfer is not None:
+        # a hand-written payload is held to the config's rule (and to the limits)
+        if mode == "aggregated":
+            out.append(_d("role-mode-mismatch", ("engine", "kv_transfer"),
+                          "aggregated mode rejects kv_transfer"))
+        out.extend(attrs.evolve(d, stage="validate")
+                   for d in check_limits(kv_transfer, ("engine", "kv_transfer")))
     # a rule about the deployment applies once, not once per role
     seen: set[tuple[str, str]] = set()
     unique = []
