@@ -66,7 +66,7 @@ def test_mutated_payloads_load_validate_and_replay_or_fail_with_diagnostics(
     for path, value in edits:
         try:
             _set(data, path, value)
-        except (KeyError, TypeError):
+        except (KeyError, TypeError, AttributeError):
             continue  # an earlier edit replaced the parent: nothing to set
     text = json.dumps(data)  # what a hand-edited file would hold (NaN included)
     try:
