@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -256,3 +257,24 @@ def test_long_zero_time_runs_that_progress_are_not_stuck(sim: type[Sim]) -> None
     records, stats, _ = sim.run(role, [sim.spec(i, 40, 300) for i in range(4)])
     assert stats.end_ms == 0.0
     assert [r.output_length for r in records.values()] == [300] * 4
+
+
+@pytest.mark.parametrize("flag", [True, False])
+def test_the_cli_flag_turns_the_auditor_on(flag: bool, monkeypatch: pytest.MonkeyPatch,
+                                           tmp_path: Path) -> None:
+    from servesim.cli import main
+    from servesim.engines.kernel import audit
+
+    monkeypatch.delenv(ENV_VAR)
+    seen: list[bool] = []
+    init = audit.ReplayGuard.__init__
+
+    def record(self: ReplayGuard, replay: Any, audit_on: bool) -> None:
+        seen.append(audit_on)
+        init(self, replay, audit_on)
+
+    monkeypatch.setattr(audit.ReplayGuard, "__init__", record)
+    config = Path(__file__).resolve().parents[2] / "examples" / "configs" / "qwen3_32b_h200.toml"
+    argv = ["replay", str(config), "--quiet", "-o", str(tmp_path / "r.json")]
+    assert main([*argv, "--check-invariants"] if flag else argv) == 0
+    assert seen == [flag]
