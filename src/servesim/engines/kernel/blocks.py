@@ -144,24 +144,38 @@ class BlockPool:
                 self._num_active += 1
             ref[block] = r + 1
             lease.append(block)
-        for _ in range(fresh):
-            lease.append(self._take_fresh())
+        if fresh:
+            self._take_fresh_many(lease, fresh)
         return True
 
-    def _take_fresh(self) -> int:
-        if self._free:
-            block = self._free.pop()
-        elif self._next_unused < self.num_blocks:
-            block = self._next_unused
-            self._next_unused += 1
-        else:
-            block, _ = self._lru.popitem(last=False)
-            h = self._hash.pop(block)
-            if self._index.get(h) == block:
-                del self._index[h]
-        self._ref[block] = 1
-        self._num_active += 1
-        return block
+    def _take_fresh_many(self, lease: Lease, count: int) -> None:
+        """Append ``count`` fresh blocks to ``lease``: free-list blocks first (last
+        released first), then never-used ids, then by evicting the least recently released
+        cached blocks (dropping their identities). The caller has checked they exist."""
+        ref, free, append = self._ref, self._free, lease.append
+        self._num_active += count
+        while count and free:
+            block = free.pop()
+            ref[block] = 1
+            append(block)
+            count -= 1
+        if count:
+            unused = self._next_unused
+            take = min(count, self.num_blocks - unused)
+            for block in range(unused, unused + take):
+                ref[block] = 1
+                append(block)
+            self._next_unused = unused + take
+            count -= take
+        if count:
+            popitem, ident_pop, index = self._lru.popitem, self._hash.pop, self._index
+            for _ in range(count):
+                block, _ = popitem(last=False)
+                h = ident_pop(block)
+                if index.get(h) == block:
+                    del index[h]
+                ref[block] = 1
+                append(block)
 
     def fits(self, fresh: int, reuse: Sequence[int] = ()) -> bool:
         """Whether ``fresh`` new blocks can be taken after referencing ``reuse``.

@@ -99,6 +99,27 @@ def block_hashes(
     while block < n_blocks:
         lo = block * block_size
         hi = lo + block_size
+        seg = prompt[seg_i]
+        seg_end = pos + seg.length
+        if pos <= lo and seg_end >= hi:
+            # Fast path: a run of whole blocks inside one segment. Same content tuples,
+            # hence the same identities, as the general walk below.
+            stop = min(n_blocks, seg_end // block_size)
+            if seg.repeat:
+                single = ((seg.key, -1, block_size),)
+                for _ in range(stop - block):
+                    h = hash((h, single))
+                    out.append(h)
+            else:
+                key, first_offset = seg.key, seg.offset - pos
+                for b in range(block, stop):
+                    h = hash((h, ((key, first_offset + b * block_size, block_size),)))
+                    out.append(h)
+            block = stop
+            if seg_end == stop * block_size:
+                seg_i += 1
+                pos = seg_end
+            continue
         content: list[tuple[int, int, int]] = []
         i, p = seg_i, pos
         while p < hi:
