@@ -32,6 +32,7 @@ import attrs
 from servesim.engines.kernel.tokens import Prompt, Segment, make_prompt
 from servesim.errors import Diagnostic, WorkloadError
 
+_INT_ONLY = frozenset({int})
 ROW_EXAMPLE = '{"timestamp": 0, "input_length": 700, "output_length": 10, "hash_ids": [7, 8]}'
 
 
@@ -131,6 +132,7 @@ class MooncakeReader:
         self._rows = 0  # valid data rows returned
         self._data_lines = 0  # non-blank lines seen
         self._intern: dict[int, int] = {}
+        self._full_segments: list[Segment | None] = []  # dense id -> Segment(dense, bs)
         self._sessions: dict[str, _SessionState] = {}
         self._starts: deque[TraceRow] = deque()
         self._pending: dict[str, deque[TraceRow]] = {}
@@ -248,13 +250,19 @@ class MooncakeReader:
         return row
 
     def _alias(self, obj: dict[str, Any], names: tuple[str, str]) -> tuple[str, Any] | None:
-        present = [(n, obj[n]) for n in names if n in obj and obj[n] is not None]
-        if len(present) == 2 and present[0][1] != present[1][1]:
+        first, second = names
+        a = obj.get(first)
+        b = obj.get(second)
+        if b is None:
+            return None if a is None else (first, a)
+        if a is None:
+            return (second, b)
+        if a != b:
             raise self._error("trace-bad-field",
-                              f"'{names[0]}' ({_short(present[0][1])}) and '{names[1]}' "
-                              f"({_short(present[1][1])}) disagree",
-                              f"keep only '{names[0]}'")
-        return present[0] if present else None
+                              f"'{first}' ({_short(a)}) and '{second}' "
+                              f"({_short(b)}) disagree",
+                              f"keep only '{first}'")
+        return (first, a)
 
     def _count(self, name: str, value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -287,12 +295,9 @@ class MooncakeReader:
                               f"'hash_ids' must be a list of non-negative integers, "
                               f"got {_short(hash_ids)}",
                               "write hash_ids as a JSON array of integers")
-        for i, h in enumerate(hash_ids):
-            if isinstance(h, bool) or not isinstance(h, int) or h < 0:
-                raise self._error("trace-bad-field",
-                                  f"'hash_ids' must be a list of non-negative integers; "
-                                  f"element {i} is {_short(h)}",
-                                  "write hash_ids as a JSON array of integers >= 0")
+        # fast path: a non-empty list of plain non-negative ints (C-level checks only)
+        if not hash_ids or set(map(type, hash_ids)) != _INT_ONLY or min(hash_ids) < 0:
+            self._check_hash_ids(hash_ids)
         # output
         out_field = self._alias(obj, ("output_length", "output_tokens"))
         if out_field is None:
@@ -367,6 +372,14 @@ class MooncakeReader:
                         prompt=prompt, input_length=input_length, output_length=output_length,
                         timestamp_ms=timestamp, delay_ms=delay_ms)
 
+    def _check_hash_ids(self, hash_ids: list[Any]) -> None:
+        for i, h in enumerate(hash_ids):
+            if isinstance(h, bool) or not isinstance(h, int) or h < 0:
+                raise self._error("trace-bad-field",
+                                  f"'hash_ids' must be a list of non-negative integers; "
+                                  f"element {i} is {_short(h)}",
+                                  "write hash_ids as a JSON array of integers >= 0")
+
     def _first_turn_timing(self, sid: str, timestamp: float | None,
                            delay: float | None) -> float:
         if delay:
@@ -410,16 +423,32 @@ class MooncakeReader:
     def _prompt(self, hash_ids: list[int], input_length: int) -> Prompt:
         bs = self._block_size
         intern = self._intern
+        full = self._full_segments  # identical full-block segments are shared (frozen)
         segments: list[Segment] = []
+        append = segments.append
         left = input_length
+        prev = -1
+        adjacent = False  # a dense id repeats back to back: make_prompt merges the runs
         for h in hash_ids:
             dense = intern.get(h)
             if dense is None:
                 dense = intern[h] = len(intern)
+                full.append(None)
             if left > 0:
-                segments.append(Segment(dense, min(bs, left)))
+                if left >= bs:
+                    seg = full[dense]
+                    if seg is None:
+                        seg = full[dense] = Segment(dense, bs)
+                else:
+                    seg = Segment(dense, left)
+                append(seg)
                 left -= bs
-        return make_prompt(segments)
+                if dense == prev:
+                    adjacent = True
+                prev = dense
+        if adjacent or bs <= 0:
+            return make_prompt(segments)
+        return tuple(segments)
 
 
 def iter_trace_rows(path: Path, display: str, block_size: int, *,
