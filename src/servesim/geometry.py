@@ -629,26 +629,24 @@ def _infer_kda(
     raw_page = local * (3 * d * (k - 1) * conv_bytes + d * d * 4)
     block, block_formula = _enlarge(requested, raw_page, per_layer)
     page = block * per_layer
+    raw_formula = (f"raw_page {raw_page} = {heads}/{tensor} heads x (3 x {d} x ({k}-1) x "
+                   f"{conv_bytes} B [{conv_name}] + {d} x {d} x 4 B)")
+    return _sized("kda", requested, block, rate, raw_page, page, attn, state,
+                  (rate_formula, raw_formula, block_formula))
+
+
+def _sized(layout: Literal["kda", "gdn"], requested: int, block: int, rate: int,
+           raw_page: int, page: int, attn: int, state: int, formulas: tuple[str, ...]
+           ) -> InferredStateCache:
+    """The per-request state of ``state`` recurrent layers, one page each (page-padded)."""
+    name = "KDA" if layout == "kda" else "GDN"
     return InferredStateCache(
-        layout="kda",
-        requested_block_size=requested,
-        block_size=block,
-        bytes_per_token=rate,
-        bytes_per_request=state * page,
-        raw_bytes_per_request=state * raw_page,
-        raw_page_bytes=raw_page,
-        page_bytes=page,
-        attention_layers=attn,
-        state_layers=state,
-        enlarged=block != requested,
-        formula=(
-            rate_formula,
-            f"raw_page {raw_page} = {heads}/{tensor} heads x (3 x {d} x ({k}-1) x {conv_bytes} B"
-            f" [{conv_name}] + {d} x {d} x 4 B)",
-            block_formula,
-            f"page {page} = {block} x ({rate}/{attn})",
-            f"bytes_per_request {state * page} = {state} KDA layers x {page}",
-        ),
+        layout=layout, requested_block_size=requested, block_size=block,
+        bytes_per_token=rate, bytes_per_request=state * page,
+        raw_bytes_per_request=state * raw_page, raw_page_bytes=raw_page, page_bytes=page,
+        attention_layers=attn, state_layers=state, enlarged=block != requested,
+        formula=(*formulas, f"page {page} = {block} x ({rate}/{attn})",
+                 f"bytes_per_request {state * page} = {state} {name} layers x {page}"),
     )
 
 
@@ -724,23 +722,5 @@ def _infer_gdn(
             )
         block, block_formula = _enlarge(requested, raw_page, rate // attn)
         page = block * (rate // attn)
-    return InferredStateCache(
-        layout="gdn",
-        requested_block_size=requested,
-        block_size=block,
-        bytes_per_token=rate,
-        bytes_per_request=state * page,
-        raw_bytes_per_request=state * raw_page,
-        raw_page_bytes=raw_page,
-        page_bytes=page,
-        attention_layers=attn,
-        state_layers=state,
-        enlarged=block != requested,
-        formula=(
-            rate_formula,
-            raw_formula,
-            block_formula,
-            f"page {page} = {block} x {rate}/{attn}",
-            f"bytes_per_request {state * page} = {state} GDN layers x {page}",
-        ),
-    )
+    return _sized("gdn", requested, block, rate, raw_page, page, attn, state,
+                  (rate_formula, raw_formula, block_formula))
