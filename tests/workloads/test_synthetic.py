@@ -64,7 +64,7 @@ def test_cached_prefix_is_shared_by_every_request_and_the_rest_is_unique() -> No
 
 
 def test_cached_prefix_larger_than_the_prompt_is_rejected() -> None:
-    with pytest.raises(WorkloadError, match="cached_prefix_tokens 101 exceeds input_tokens"):
+    with pytest.raises(WorkloadError, match=r"must be <= input_tokens \(100\), got 101"):
         build_workload({"source": dict(SYN, cached_prefix_tokens=101),
                         "load": {"type": "concurrency", "concurrency": 1},
                         "stop": {"requests": 1}})
@@ -218,22 +218,25 @@ def test_shared_prefix_rounding_in_blocks() -> None:
         ({"source": SYN, "load": {"type": "concurrency", "concurrency": 1}, "stop": {}},
          "a synthetic workload needs a stop condition"),
         ({"source": SYN, "load": {"type": "poisson", "sessions_per_second": 1.0},
-          "stop": {"requests": 1}}, "rate unit does not match source type"),
+          "stop": {"requests": 1}},
+         "rate unit does not match source type 'synthetic'; use requests_per_second"),
         ({"source": session_source(), "load": {"type": "constant_rate",
                                                "requests_per_second": 1.0},
-          "stop": {"sessions": 1}}, "rate unit does not match source type"),
+          "stop": {"sessions": 1}},
+         "rate unit does not match source type 'synthetic-session'; use sessions_per_second"),
         ({"source": SYN, "load": {"type": "poisson"}, "stop": {"requests": 1}},
-         "'requests_per_second' is required"),
+         "poisson load requires requests_per_second"),
         ({"source": SYN, "load": {"type": "trace_timestamps"}, "stop": {"requests": 1}},
-         "trace_timestamps load needs a trace source"),
+         "synthetic source rejects trace_timestamps load; use concurrency, poisson or "
+         "constant_rate"),
         ({"source": session_source(shared_prefix_ratio=0.5), "load": {"type": "concurrency"},
-          "stop": {"sessions": 1}}, "shared_prefix_ratio > 0 needs prefix_groups > 0"),
+          "stop": {"sessions": 1}}, "shared_prefix_ratio > 0 requires prefix_groups > 0"),
         ({"source": SYN, "load": {"type": "concurrency", "concurrency": 0},
           "stop": {"requests": 1}}, "'concurrency' must be an integer >= 1 and <= 1048576, got 0"),
         ({"source": {"type": "nope"}, "load": {}, "stop": {}}, "unknown source type 'nope'"),
         ({"source": {"type": "trace", "path": "t.jsonl"},
           "load": {"type": "poisson", "requests_per_second": 1.0}, "stop": {}},
-         "a trace cannot be replayed with poisson load"),
+         "trace load must be trace_timestamps or concurrency"),
         ({"source": {"type": "trace", "path": "t.jsonl", "format": "weka"},
           "load": {"type": "concurrency"}, "stop": {}}, "trace format 'weka' is not supported"),
     ],

@@ -3,7 +3,8 @@
 The compiler has already validated the user's ``traffic`` table; this module re-checks
 what a direct caller could get wrong (wrong types, a source/load combination no driver
 implements) and raises :class:`~servesim.errors.WorkloadError` located at the offending
-``traffic.*`` key. Optional keys take the defaults of the ``traffic`` schema.
+``traffic.*`` key. Optional keys take the defaults of the ``traffic`` schema. The rules
+between values are the compiler's own (:mod:`servesim.traffic_rules`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any, Literal
 import attrs
 
 from servesim.errors import Diagnostic, WorkloadError
+from servesim.traffic_rules import DEFAULT_INPUT_TOKENS, check_traffic, rate_key
 
 TRACE_FORMATS = ("mooncake", "mooncake-delta")
 DEFAULT_TRACE_BLOCK_SIZE = 512
@@ -23,7 +25,7 @@ DEFAULT_POISSON_SEED = 42
 
 @attrs.frozen
 class SyntheticSource:
-    input_tokens: int = 1024
+    input_tokens: int = DEFAULT_INPUT_TOKENS
     output_tokens: int = 128
     cached_prefix_tokens: int = 0
 
@@ -155,28 +157,17 @@ def _parse_source(table: Mapping[str, Any], formats: tuple[str, ...] = TRACE_FOR
     path = ("source",)
     kind = table.get("type", "synthetic")
     if kind == "synthetic":
-        inp = _int(table, "input_tokens", path, 1024, 1)
-        out = _int(table, "output_tokens", path, 128, 0)
-        cached = _int(table, "cached_prefix_tokens", path, 0, 0)
-        if cached > inp:
-            raise _fail((*path, "cached_prefix_tokens"),
-                        f"cached_prefix_tokens {cached} exceeds input_tokens {inp}",
-                        "the shared prefix must fit in every prompt")
-        return SyntheticSource(inp, out, cached)
+        return SyntheticSource(_int(table, "input_tokens", path, DEFAULT_INPUT_TOKENS, 1),
+                               _int(table, "output_tokens", path, 128, 0),
+                               _int(table, "cached_prefix_tokens", path, 0, 0))
     if kind == "synthetic-session":
-        ratio = _float(table, "shared_prefix_ratio", path, 0.0, upper=1.0)
-        groups = _int(table, "prefix_groups", path, 0, 0)
-        if ratio > 0 and groups == 0:
-            raise _fail((*path, "prefix_groups"),
-                        "shared_prefix_ratio > 0 needs prefix_groups > 0",
-                        "set prefix_groups to the number of distinct shared prefixes")
         block = table.get("block_size")
         return SessionSource(
             new_input_tokens_per_turn=_int(table, "new_input_tokens_per_turn", path, 1024, 1),
             output_tokens_per_turn=_int(table, "output_tokens_per_turn", path, 128, 0),
             turns=_int(table, "turns", path, 4, 1),
-            shared_prefix_ratio=ratio,
-            prefix_groups=groups,
+            shared_prefix_ratio=_float(table, "shared_prefix_ratio", path, 0.0, upper=1.0),
+            prefix_groups=_int(table, "prefix_groups", path, 0, 0),
             inter_turn_delay_ms=_float(table, "inter_turn_delay_ms", path, 0.0),
             block_size=None if block is None else _int(table, "block_size", path, None, 1),
         )
@@ -199,29 +190,18 @@ def _parse_source(table: Mapping[str, Any], formats: tuple[str, ...] = TRACE_FOR
                 "use 'synthetic', 'synthetic-session' or 'trace'")
 
 
-def _parse_load(table: Mapping[str, Any], source: Source) -> Load:
+def _parse_load(table: Mapping[str, Any], source_type: str) -> Load:
+    """The load, once :func:`check_traffic` has matched it to the source."""
     path = ("load",)
     kind = table.get("type", "concurrency")
-    is_trace = isinstance(source, TraceSource)
     if kind == "concurrency":
         return ConcurrencyLoad(_int(table, "concurrency", path, 10, 1))
     if kind in ("poisson", "constant_rate"):
-        if is_trace:
-            raise _fail((*path, "type"), f"a trace cannot be replayed with {kind} load",
-                        "trace load must be trace_timestamps or concurrency")
-        expected = "sessions" if isinstance(source, SessionSource) else "requests"
-        other = "requests" if expected == "sessions" else "sessions"
-        if f"{other}_per_second" in table:
-            raise _fail((*path, f"{other}_per_second"),
-                        "rate unit does not match source type",
-                        f"use {expected}_per_second with this source")
-        rate = _float(table, f"{expected}_per_second", path, None, positive=True)
+        key = rate_key(source_type)
+        rate = _float(table, key, path, None, positive=True)
         seed = _int(table, "seed", path, DEFAULT_POISSON_SEED, -(2**63))
-        return RateLoad(kind, rate, expected, seed)  # type: ignore[arg-type]
+        return RateLoad(kind, rate, key.removesuffix("_per_second"), seed)  # type: ignore[arg-type]
     if kind == "trace_timestamps":
-        if not is_trace:
-            raise _fail((*path, "type"), "trace_timestamps load needs a trace source",
-                        "use concurrency, poisson or constant_rate load")
         return TimestampLoad(_float(table, "speedup", path, 1.0, positive=True))
     raise _fail((*path, "type"), f"unknown load type {kind!r}",
                 "use concurrency, poisson, constant_rate or trace_timestamps")
@@ -248,8 +228,11 @@ def parse_workload_spec(spec: Mapping[str, Any], *,
     ``formats`` are the known trace format names (default: the built-in ones).
     """
     spec = _table(spec, ())
-    source = _parse_source(_table(spec.get("source", {}), ("source",)),
-                           TRACE_FORMATS if formats is None else formats)
-    load = _parse_load(_table(spec.get("load", {}), ("load",)), source)
-    stop = _parse_stop(_table(spec.get("stop", {}), ("stop",)), source)
+    tables = {key: _table(spec.get(key, {}), (key,)) for key in ("source", "load", "stop")}
+    source = _parse_source(tables["source"], TRACE_FORMATS if formats is None else formats)
+    diags = check_traffic(tables["source"], tables["load"])
+    if diags:
+        raise WorkloadError(diags)
+    load = _parse_load(tables["load"], tables["source"].get("type", "synthetic"))
+    stop = _parse_stop(tables["stop"], source)
     return WorkloadSpec(source, load, stop)

@@ -16,6 +16,9 @@ fails with ``engine.workers: aggregated mode rejects prefill/decode workers``.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
+
+import attrs
 
 from servesim.compiler.context import CompileContext
 from servesim.compiler.model.parsed import (
@@ -31,6 +34,7 @@ from servesim.compiler.plugin_sections import check_plugin_sections, registry_of
 from servesim.compiler.source import SourceText, load_toml
 from servesim.converter import check_limits, make_converter, structure
 from servesim.errors import CompileError, Diagnostic, Path
+from servesim.traffic_rules import check_traffic
 
 
 def parse(source: SourceText, ctx: CompileContext) -> ParsedConfig:
@@ -201,6 +205,14 @@ def _speculation(e: Engine) -> Iterator[Diagnostic]:
                  f"{e.nextn_accepted}")
 
 
+def _authored(table: Any) -> dict[str, Any]:
+    """The values a table sets, without its nested tables."""
+    if table is None:
+        return {}
+    values = {f.name: getattr(table, f.name) for f in attrs.fields(type(table))}
+    return {k: v for k, v in values.items() if v is not None and not attrs.has(type(v))}
+
+
 def _traffic(t: Traffic | None) -> Iterator[Diagnostic]:
     if t is None:
         return
@@ -230,17 +242,6 @@ def _traffic(t: Traffic | None) -> Iterator[Diagnostic]:
                      f"mooncake traces take exactly one path, got {len(src.paths)}")
         elif not src.paths[0].strip():
             yield _d("empty-value", (*sp, "paths", 0), "value must be nonempty")
-    if stype == "synthetic" and src.cached_prefix_tokens is not None:
-        isl = src.input_tokens if src.input_tokens is not None else 1024
-        if src.cached_prefix_tokens > isl:
-            yield _d("traffic-value", (*sp, "cached_prefix_tokens"),
-                     f"cached_prefix_tokens must be <= input_tokens ({isl}), got "
-                     f"{src.cached_prefix_tokens}")
-    if src.session is not None and (src.session.shared_prefix_ratio or 0) > 0 and not (
-            src.session.prefix_groups or 0):
-        yield _d("traffic-value", (*sp, "session", "prefix_groups"),
-                 "shared_prefix_ratio > 0 requires prefix_groups > 0")
-    # load
     load_keys = {
         "concurrency": {"concurrency"},
         "poisson": {"requests_per_second", "sessions_per_second", "seed"},
@@ -250,21 +251,9 @@ def _traffic(t: Traffic | None) -> Iterator[Diagnostic]:
     for key in ("concurrency", "requests_per_second", "sessions_per_second", "seed", "speedup"):
         if getattr(load, key) is not None and key not in load_keys:
             yield _d("traffic-key", (*lp, key), f"load type {ltype!r} does not accept {key}")
-    if stype == "trace" and ltype not in ("trace_timestamps", "concurrency"):
-        yield _d("traffic-load", (*lp, "type"),
-                 "trace load must be trace_timestamps or concurrency")
-    if stype != "trace" and ltype == "trace_timestamps":
-        yield _d("traffic-load", (*lp, "type"),
-                 f"{stype} source rejects trace_timestamps load; use concurrency, poisson or "
-                 "constant_rate")
-    if ltype in ("poisson", "constant_rate"):
-        want = "sessions_per_second" if stype == "synthetic-session" else "requests_per_second"
-        other = ({"requests_per_second", "sessions_per_second"} - {want}).pop()
-        if getattr(load, other) is not None:
-            yield _d("traffic-load", (*lp, other), "rate unit does not match source type "
-                     f"{stype!r}; use {want}")
-        elif getattr(load, want) is None:
-            yield _d("traffic-load", (*lp, want), f"{ltype} load requires {want}")
+    # the rules between values, shared with a payload's workload (in the payload's shape)
+    yield from check_traffic({**_authored(src), **_authored(src.session), "type": stype},
+                             {**_authored(load), "type": ltype})
     # stop
     stp: Path = ("traffic", "stop")
     set_stops = [k for k in ("requests", "requests_per_load_unit", "sessions",
