@@ -5,41 +5,37 @@ request gets exactly the tokens its stop length allows, bursts included)."""
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from collections.abc import Callable
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from servesim.engines.kernel.requests import RequestRecord, RequestSpec
-from servesim.engines.kernel.tokens import Segment, generated_key, make_prompt, prompt_length
+from servesim.engines.kernel.requests import RequestRecord
 from servesim.engines.vllm import AggregatedReplay, RankScheduler, Worker
 from servesim.engines.vllm.scheduler import RUNNING
-from servesim.payload import RoleArgs, SpeculationArgs, StateCacheArgs, TimingArgs
+from servesim.payload import RoleArgs, StateCacheArgs
 from servesim.timing import make_timer
 
 from .conftest import ListWorkload
+from .strategies import (
+    Sink,
+    check_drained,
+    check_records,
+    fresh,
+    longest,
+    replayed,
+    roles,
+    sink_once,
+    speculations,
+    workloads,
+)
 
 
 @st.composite
 def scenarios(draw: st.DrawFn) -> tuple[RoleArgs, ListWorkload]:
+    workload = draw(workloads(max_requests=8, max_part=7, outputs=st.integers(0, 12),
+                              turn_outputs=st.integers(0, 6)))
     block = draw(st.integers(2, 4))
-    chunked = draw(st.booleans())
-    n = draw(st.integers(1, 8))
-    specs: list[RequestSpec] = []
-    followups: dict[int, list[RequestSpec]] = {}
-    arrival = 0.0
-    for rid in range(n):
-        arrival += draw(st.sampled_from([0.0, 0.0, 0.5, 3.0, 20.0]))
-        parts = draw(st.lists(st.tuples(st.integers(0, 2), st.integers(1, 7)), min_size=1,
-                              max_size=3))
-        prompt = make_prompt([Segment(k, m, repeat=False) for k, m in parts])
-        out = draw(st.integers(0, 12))
-        specs.append(RequestSpec(rid, arrival, prompt, prompt_length(prompt), out))
-        if draw(st.integers(0, 3)) == 0:  # a session turn reusing this request's output
-            follow = make_prompt([*prompt, Segment(generated_key(rid), out, repeat=False),
-                                  Segment(3, draw(st.integers(1, 4)), repeat=False)])
-            followups[rid] = [RequestSpec(100 + rid, draw(st.sampled_from([0.0, 1.0])), follow,
-                                          prompt_length(follow), draw(st.integers(0, 6)))]
     state_blocks = draw(st.sampled_from([0, 0, 1, 2]))
     state = None
     unit = None
@@ -48,37 +44,20 @@ def scenarios(draw: st.DrawFn) -> tuple[RoleArgs, ListWorkload]:
                                state_blocks=state_blocks,
                                allocated_bytes_per_request=state_blocks * block)
     nextn = draw(st.integers(1, 3))
-    speculation = draw(st.one_of(st.none(), st.builds(
-        SpeculationArgs, kind=st.sampled_from(["mtp", "ngram"]),
-        num_speculative_tokens=st.just(nextn),
-        acceptance_rates=st.lists(st.sampled_from([0.0, 0.3, 0.7, 1.0]), min_size=nextn,
-                                  max_size=nextn).map(tuple),
-        seed=st.integers(0, 5))))
+    speculation = draw(st.one_of(st.none(), speculations(
+        nextn=nextn, seeds=st.integers(0, 5),
+        rates=st.lists(st.sampled_from([0.0, 0.3, 0.7, 1.0]), min_size=nextn,
+                       max_size=nextn).map(tuple))))
     if state is not None and draw(st.booleans()):
         # sub-block units only without speculation (the shared rule)
         unit = block if speculation is not None else draw(
             st.sampled_from([d for d in range(1, block + 1) if block % d == 0]))
-    longest = max(s.input_length for s in specs) + 40
-    role = RoleArgs(
-        worker_type="aggregated", backend="vllm", model="m", hardware="h",
-        block_size=block,
-        num_gpu_blocks=draw(st.integers(state_blocks + 1, 16)),
-        max_batched_tokens=draw(st.integers(1, 12)) if chunked else longest,
-        max_sequences=draw(st.integers(1, 4)),
-        enable_chunked_prefill=chunked,
-        preemption_mode=draw(st.sampled_from(["lifo", "fifo"])),
-        prefix_caching=draw(st.booleans()),
-        max_model_len=draw(st.one_of(st.none(), st.integers(2, 30))),
-        attention_data=draw(st.integers(1, 2)),
-        replicas=draw(st.integers(1, 2)),
-        kv_bytes_per_token=1,
-        state_cache=state,
-        prefix_match_unit=unit,
-        speculation=speculation,
-        timing=TimingArgs(type="fixed", prefill_ms=draw(st.sampled_from([0.0, 2.0, 10.0])),
-                          decode_ms=draw(st.sampled_from([0.0, 1.0, 2.5]))),
-    )
-    return role, ListWorkload(specs, followups=followups)
+    role = draw(roles("aggregated", longest(workload, 40), block_size=block,
+                      num_gpu_blocks=st.integers(state_blocks + 1, 16),
+                      max_model_len=st.one_of(st.none(), st.integers(2, 30)),
+                      kv_bytes_per_token=1, state_cache=state, prefix_match_unit=unit,
+                      speculation=speculation))
+    return role, workload
 
 
 def _check_conservation(rank: RankScheduler) -> None:
@@ -115,17 +94,8 @@ class CheckedReplay(AggregatedReplay):
             _check_conservation(rank)
 
 
-def _run(role: RoleArgs, workload: ListWorkload) -> tuple[dict[int, RequestRecord], Any]:
-    records: dict[int, RequestRecord] = {}
-
-    def sink(record: RequestRecord) -> None:
-        assert record.request_id not in records, "a request reached the sink twice"
-        records[record.request_id] = record
-
-    replay = CheckedReplay(role, make_timer(role),
-                           ListWorkload(workload.specs, followups=workload.followups), sink, None)
-    replay.run()
-    return records, replay
+def _replay(role: RoleArgs, workload: ListWorkload) -> Callable[[Sink], CheckedReplay]:
+    return lambda sink: CheckedReplay(role, make_timer(role), fresh(workload), sink, None)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -133,61 +103,25 @@ def _run(role: RoleArgs, workload: ListWorkload) -> tuple[dict[int, RequestRecor
 def test_speculative_and_state_workloads_conserve_blocks_and_tokens(
         case: tuple[RoleArgs, ListWorkload]) -> None:
     role, workload = case
-    records, replay = _run(role, workload)
-    released = sum(len(workload.followups.get(r, [])) for r in records)
-    assert len(records) == len(workload.specs) + released
-    state_blocks = role.state_cache.state_blocks if role.state_cache else 0
-    cap = (role.num_gpu_blocks - state_blocks) * role.block_size + 1
-    if role.max_model_len is not None:
-        cap = min(cap, role.max_model_len)
-    for r in records.values():
-        assert r.status in ("completed", "rejected")
-        if r.status == "rejected":
-            too_long = role.max_model_len is not None and r.input_length >= role.max_model_len
-            blocks = -(-r.input_length // role.block_size) + state_blocks
-            assert too_long or blocks > role.num_gpu_blocks
-            assert len(r.token_times) == 0
-            continue
-        assert len(r.token_times) == max(0, min(r.requested_output_length, cap - r.input_length))
-        assert list(r.token_times) == sorted(r.token_times)
-        if r.token_times:
-            assert r.token_times[-1] == r.terminal_ms
-        assert r.reused_input_tokens <= r.input_length
-    for worker in replay.workers:
-        for rank in worker.ranks:
-            assert not rank.has_work
-            assert rank.pool.num_active == 0
-            assert rank.pool.num_inactive + rank.pool.num_free == role.num_gpu_blocks
-
-
-def _key(r: RequestRecord) -> tuple[Any, ...]:
-    return (r.request_id, r.status, tuple(r.token_times), r.terminal_ms, r.reused_input_tokens,
-            r.num_preemptions)
+    records: dict[int, RequestRecord] = {}
+    replay = _replay(role, workload)(sink_once(records))
+    replay.run()
+    check_records(records, workload, role)
+    check_drained(replay)
 
 
 @settings(max_examples=80, deadline=None)
 @given(scenarios())
 def test_speculative_and_state_replays_are_deterministic(
         case: tuple[RoleArgs, ListWorkload]) -> None:
-    role, workload = case
-    first, _ = _run(role, workload)
-    second, _ = _run(role, workload)
-    assert [_key(first[k]) for k in sorted(first)] == [_key(second[k]) for k in sorted(second)]
+    first, _ = replayed(_replay(*case))
+    second, _ = replayed(_replay(*case))
+    assert first == second
 
 
 @settings(max_examples=80, deadline=None)
 @given(scenarios())
 def test_inlined_decode_step_matches_the_general_path(case: tuple[RoleArgs, ListWorkload]) -> None:
-    role, workload = case
-    results = []
-    for fast in (True, False):
-        records: list[RequestRecord] = []
-        replay = CheckedReplay(role, make_timer(role),
-                               ListWorkload(workload.specs, followups=workload.followups),
-                               records.append, None)
-        for worker in replay.workers:
-            for rank in worker.ranks:
-                rank.fast_decode = fast
-        stats = replay.run()
-        results.append((sorted(_key(r) for r in records), stats))
-    assert results[0] == results[1]
+    fast, _ = replayed(_replay(*case))
+    general, _ = replayed(_replay(*case), fast_decode=False)
+    assert fast == general
