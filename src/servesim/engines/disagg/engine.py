@@ -202,10 +202,8 @@ class DisaggReplay(ReplayLoop[PoolWorker]):
                 self._reserve_pending(rank)
         if self.dirty:
             dirty, self.dirty = self.dirty, {}
-            starters = self._starters(sorted(dirty, key=lambda w: w.key))
-            last = len(starters) - 1
-            for i, worker in enumerate(starters):
-                self._start_pass(worker, bulk=i == last)
+            for worker in self._starters(sorted(dirty, key=lambda w: w.key)):
+                self._start_pass(worker)
 
     # -- prefill side ---------------------------------------------------------------------
 
@@ -238,13 +236,12 @@ class DisaggReplay(ReplayLoop[PoolWorker]):
         rank.submit(source)
         self.dirty[worker] = None
 
-    def _start_pass(self, worker: PoolWorker, *, bulk: bool = False) -> None:
-        """Start ``worker``'s next pass; with ``bulk`` (no other worker starts after it at
-        this instant) first run its steady decode passes that end before the next event."""
-        if bulk and self.bulk_decode and worker.pool == "decode" and not any(
-                rank in self.handoffs for rank in worker.ranks):
+    def _start_pass(self, worker: PoolWorker) -> None:
+        """Start ``worker``'s next pass, or a segment of steady decode passes."""
+        if self.bulk_decode and worker.pool == "decode" and not any(
+                rank in self.handoffs for rank in worker.ranks) and self._begin_segment(worker):
             # (a rank with queued handoffs retries them at every pass end)
-            self._advance_steady(worker, self._token_times)
+            return
         now = self.now
         if not any(rank.has_work for rank in worker.ranks):
             worker.wave_step = 0  # the DP group drained: the prefill cadence restarts
@@ -299,7 +296,7 @@ class DisaggReplay(ReplayLoop[PoolWorker]):
                 return True
         return False
 
-    def _token_times(self, seq: SeqState) -> Any:
+    def _stamp(self, seq: SeqState) -> Any:
         return self.flights[seq.spec.request_id].record.token_times
 
     def _end_pass(self, worker: PoolWorker) -> None:
@@ -329,6 +326,7 @@ class DisaggReplay(ReplayLoop[PoolWorker]):
         """Source-first (vLLM): the prefill is done; pick the destination and queue it."""
         worker = self.decode_workers[self.next_decode]
         self.next_decode = (self.next_decode + 1) % len(self.decode_workers)
+        self._touch(worker)
         rank = worker.ranks[worker.place()]
         assert isinstance(rank, DecodeRank)
         flight.decode_worker = worker
@@ -374,6 +372,7 @@ class DisaggReplay(ReplayLoop[PoolWorker]):
         released = flight.prefill_rank.release_source(flight.source)
         assert released, "a source was released twice"
         self.dirty[flight.prefill_worker] = None
+        self._touch(flight.decode_worker)
         flight.decode_rank.activate_destination(flight.dest)
         self.dirty[flight.decode_worker] = None
 

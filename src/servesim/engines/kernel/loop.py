@@ -14,18 +14,24 @@ one pass of a worker (:meth:`ReplayLoop._run_ranks`), puts it in flight
 **Bulk advance of steady decode.** Between events that change a batch (an arrival, a
 prefill chunk, a completion, a block allocation that could fail or preempt), the passes of
 a worker are homogeneous decode steps: every request emits one token, the batch and its
-KV grow by one token per request and step. :meth:`ReplayLoop._advance_steady` applies as
-many of them as end strictly before the next event of the run, at once: step times come
-from the timer at each step's closed-form KV token count and are accumulated in the same
-order as the stepwise loop would (so the floats are the same), token timestamps are
-appended as one array per request, and the per-step side effects that remain (block
-allocations at crossings, publications of completed blocks) run in stepwise order. The
-reference mode (``bulk_decode=False``) steps every pass through the event heap; a
-differential test asserts both give identical records and reports.
+KV grow by one token per request and step. When a worker's next passes are steady,
+:meth:`ReplayLoop._begin_segment` plans them as one *segment*: step times come from the
+timer at each step's closed-form KV token count, summed in the same order as the stepwise
+loop would (so the floats are the same), and a single event at the last end closes the
+segment, applying its passes at once (token timestamps appended as one array per request;
+block allocations at crossings and publications of completed blocks in stepwise order).
+
+Segments are per worker: passes of other workers do not touch it, so they do not cut it.
+An event that reads or changes a worker's ranks (an arrival placed on it, a P/D handoff or
+KV transfer to it) first calls :meth:`ReplayLoop._touch`, which applies the segment's
+passes the stepwise loop has closed by then and turns the one in flight into an ordinary
+pass. The reference mode (``bulk_decode=False``) steps every pass through the event heap;
+differential tests assert both give identical records and reports.
 """
 
 from __future__ import annotations
 
+import bisect
 from array import array
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -44,6 +50,19 @@ Sink = Callable[[RequestRecord], None]
 
 # Report progress every this many loop iterations (and once at the end).
 PROGRESS_EVERY = 4096
+# ``ReplayLoop.event_order`` while idle workers start after the first round of events of
+# an instant, and in the later rounds at the same instant (events pushed by those starts).
+AFTER_EVENTS = (PHASE_ARRIVAL + 1, 0)
+LATER_ROUND = (PHASE_ARRIVAL + 2, 0)
+
+
+@attrs.define(slots=True, eq=False)
+class Segment:
+    """Steady decode passes of one worker, planned when they start and applied when the
+    last one ends (or cut short when something touches the worker)."""
+
+    ranks: list[RankScheduler]  # the ranks with work, each running one token per request
+    ends: array  # end time of every pass, in order
 
 
 @attrs.define(slots=True, eq=False, kw_only=True)
@@ -59,6 +78,8 @@ class PassWorker:
     pass_start: float = 0.0
     pending: list[RankPass] = attrs.field(factory=list)
     busy_ms: float = 0.0
+    segment: Segment | None = None  # steady decode passes in flight instead of one pass
+    end_entry: Any = None  # the heap entry of the end of the pass or segment in flight
 
     def place(self) -> int:
         """Round-robin over this worker's ranks."""
@@ -91,6 +112,9 @@ class ReplayLoop(Generic[W]):
         self.num_requests = 0
         self.counts = {"completed": 0, "rejected": 0, "incomplete": 0}
         self._lookahead: RequestSpec | None = None
+        # (phase, key) of the event being processed; AFTER_EVENTS once all of an instant's
+        # events were (see _touch)
+        self.event_order = AFTER_EVENTS
 
     @property
     def workers(self) -> Sequence[W]:
@@ -119,6 +143,7 @@ class ReplayLoop(Generic[W]):
         lookahead = next(arrivals, None)
         self._lookahead = lookahead
         inf = float("inf")
+        settled = -inf  # the instant of the last settle
         iterations = 0
         guard = guard_replay(self)  # watchdog; invariant auditor when enabled
         while True:
@@ -135,12 +160,19 @@ class ReplayLoop(Generic[W]):
                 events.push(lookahead.arrival_ms, PHASE_ARRIVAL, lookahead.request_id, lookahead)
                 lookahead = next(arrivals, None)
             self._lookahead = lookahead
+            # A later round at one instant (after a settle pushed zero-delay events) comes
+            # after every event that was in the heap at the instant's first round.
+            later_round = t == settled
             while True:
                 t_event = events.peek_time()
                 if t_event is None or t_event > t:
                     break
-                self._dispatch(events.pop()[2])
+                _, phase, key, item = events.pop_keyed()
+                self.event_order = LATER_ROUND if later_round else (phase, key)
+                self._dispatch(item)
+            self.event_order = LATER_ROUND if later_round else AFTER_EVENTS
             self._settle()
+            settled = t
             guard.instant(self.now)
             iterations += 1
             if self.progress is not None and iterations % PROGRESS_EVERY == 0:
@@ -184,10 +216,15 @@ class ReplayLoop(Generic[W]):
         worker.busy = True
         worker.pass_start = self.now
         worker.pending = results
-        self.events.push(self.now + duration, PHASE_ENGINE, worker.key, PassEnd(worker))
+        worker.end_entry = self.events.push(self.now + duration, PHASE_ENGINE, worker.key,
+                                            PassEnd(worker))
 
     def _close(self, worker: W) -> list[RankPass]:
         """The pass of ``worker`` ended at ``self.now``: its results."""
+        if worker.segment is not None:
+            self._apply_segment(worker, len(worker.segment.ends))
+            worker.busy = False
+            return []
         worker.busy = False
         worker.busy_ms += self.now - worker.pass_start
         pending, worker.pending = worker.pending, []
@@ -201,7 +238,7 @@ class ReplayLoop(Generic[W]):
     # -- bulk advance -----------------------------------------------------------------------
 
     def _horizon(self) -> float:
-        """Time of the next event of the run other than passes not started yet."""
+        """Time of the next event in the heap or arrival of the run."""
         t_event = self.events.peek_time()
         t = float("inf") if t_event is None else t_event
         lookahead = self._lookahead
@@ -209,29 +246,39 @@ class ReplayLoop(Generic[W]):
             t = lookahead.arrival_ms
         return t
 
-    def _advance_steady(self, worker: W, stamp: Callable[[SeqState], array]) -> None:
-        """Run the steady decode passes of ``worker`` that end before the next event.
+    def _stamp(self, seq: SeqState) -> array:
+        """The token timestamps of ``seq``'s client-visible record."""
+        raise NotImplementedError
 
-        Called when ``worker`` is the last to start a pass at this instant, so the event
-        heap holds every other pass in flight. Each pass ``j`` would start at the previous
-        end, emit one token per request and end at ``t_j = t_{j-1} + duration_j``; its end
-        event would be the next one processed while ``t_j`` is before every other event
-        (ties go to the heap) and not past the cutoff. Leaves ``self.now`` at the last end.
+    def _touch_horizon(self, worker: W) -> float:
+        """A guess of when something next touches ``worker`` (+inf: no idea). Only the
+        length of the segments planned depends on it, never the results."""
+        return float("inf")
+
+    def _begin_segment(self, worker: W) -> bool:
+        """Start a segment of steady decode passes of ``worker`` if its next passes are
+        steady (see the module docstring); False when the next pass is an ordinary one.
+
+        Each pass ``j`` would start at the previous end, emit one token per request and
+        end at ``t_j = t_{j-1} + duration_j``, its duration that of the slowest rank; the
+        segment keeps the passes its ranks allow (no completion, block crossings that
+        cannot fail), that end by the cutoff and before :meth:`_touch_horizon`. One event
+        at the last end closes the segment (:meth:`_close`).
         """
         plans: list[tuple[RankScheduler, int, int]] = []
         steps = -1
         for rank in worker.ranks:
             if not rank.has_work:
-                continue  # stays idle: nothing arrives before the horizon
+                continue  # stays idle: anything that would give it work touches the worker
             plan = rank.steady_plan()
             if plan is None:
-                return
+                return False
             k, n, active = plan
             plans.append((rank, n, active))
             steps = k if steps < 0 else min(steps, k)
         if not plans:
-            return
-        horizon = self._horizon()
+            return False
+        horizon = self._touch_horizon(worker)
         cutoff = self.workload.max_time_ms
         if cutoff is not None and cutoff < horizon:
             horizon_ok: Callable[[float], bool] = lambda t: t <= cutoff and t < horizon  # noqa: E731
@@ -272,23 +319,73 @@ class ReplayLoop(Generic[W]):
             if k:
                 k = rank.steady_block_limit(k)
         if not k:
-            return
+            return False
         del ends[k:]
+        worker.segment = Segment([rank for rank, _, _ in plans], ends)
+        worker.busy = True
+        worker.pass_start = self.now
+        worker.end_entry = self.events.push(ends[-1], PHASE_ENGINE, worker.key, PassEnd(worker))
+        return True
+
+    def _apply_segment(self, worker: W, steps: int) -> None:
+        """Apply the first ``steps`` passes of ``worker``'s segment and drop the rest."""
+        segment = worker.segment
+        assert segment is not None
+        worker.segment = None
+        ends = segment.ends
+        if steps < len(ends):
+            ends = ends[:steps]
+        if not steps:
+            return
+        stamp = self._stamp
         dp_size = len(worker.ranks)
-        for rank, _, _ in plans:
-            rank.advance_steady(k, worker.wave_step, dp_size)
+        for rank in segment.ranks:
+            rank.advance_steady(steps, worker.wave_step, dp_size)
             for seq in rank.running:
                 stamp(seq).extend(ends)
         busy = worker.busy_ms
-        start = self.now
+        start = worker.pass_start
         for end in ends:
             busy += end - start
             start = end
         worker.busy_ms = busy
-        worker.wave_step += k
-        self.passes += k
-        self.bulk_passes += k
-        self.now = ends[-1]
+        worker.pass_start = start
+        worker.wave_step += steps
+        self.passes += steps
+        self.bulk_passes += steps
+
+    def _touch(self, worker: W) -> None:
+        """Bring ``worker`` to where the stepwise replay has it now, before the current
+        event reads or changes its ranks: the passes of its segment that the stepwise loop
+        closed by now are applied and the pass in flight becomes an ordinary pass.
+
+        A pass ending exactly now: in the first round of events at this instant, the
+        stepwise loop closed it if its end event orders before the current event (and
+        starts the next pass when the round settles); in a later round at the same instant
+        it was closed and the next pass started in the first round.
+        """
+        segment = worker.segment
+        if segment is None:
+            return
+        self.events.cancel(worker.end_entry)
+        now, ends = self.now, segment.ends
+        order = self.event_order
+        if order > (PHASE_ENGINE, worker.key):
+            m = bisect.bisect_right(ends, now)
+            if m and ends[m - 1] == now and order != LATER_ROUND:
+                # the stepwise loop ended a pass of this worker in this round already, and
+                # starts the next one when the round settles
+                del ends[m:]
+                self._dispatch(PassEnd(worker))
+                return
+        else:
+            m = bisect.bisect_left(ends, now)
+        self._apply_segment(worker, m)
+        self.now = worker.pass_start  # the pass in flight started at the previous end
+        results, duration, _ = self._run_ranks(worker)
+        self._launch(worker, results, duration)
+        self.now = now
+        assert worker.pass_start + duration == ends[m], "a cut segment changed its timing"
 
     # -- errors ---------------------------------------------------------------------------
 

@@ -7,8 +7,9 @@ and the worker's pass ends when its slowest rank ends; every token of the pass i
 with that end time and becomes visible (sink, workload callbacks) only then.
 
 Event order at one instant: pass completions, then arrivals; idle workers start their
-next pass only after every event of the instant was processed, so an arrival at exactly
-a pass boundary joins the next pass and a decision never sees an unfinished pass.
+next pass (in worker order) only after every event of the instant was processed, so an
+arrival at exactly a pass boundary joins the next pass and a decision never sees an
+unfinished pass.
 """
 
 from __future__ import annotations
@@ -117,14 +118,20 @@ class AggregatedReplay(ReplayLoop[Worker]):
     def _settle(self) -> None:
         if self.dirty:
             dirty, self.dirty = self.dirty, []
-            starters = self._starters(dirty)
-            last = len(starters) - 1
-            for i, worker in enumerate(starters):
-                self._start_pass(worker, bulk=i == last)
+            for worker in self._starters(sorted(dirty, key=_index)):
+                self._start_pass(worker)
+
+    def _stamp(self, seq: SeqState) -> Any:
+        return seq.record.token_times
+
+    def _touch_horizon(self, worker: Worker) -> float:
+        # The next arrival goes to ``next_worker``; the heap may hold earlier ones.
+        return self._horizon() if worker.index == self.next_worker else float("inf")
 
     def _arrive(self, spec: RequestSpec) -> None:
         worker = self._workers[self.next_worker]
         self.next_worker = (self.next_worker + 1) % len(self._workers)
+        self._touch(worker)
         rank = worker.ranks[worker.place()]
         record = RequestRecord(
             request_id=spec.request_id,
@@ -148,11 +155,10 @@ class AggregatedReplay(ReplayLoop[Worker]):
         if not worker.busy:
             self.dirty.append(worker)
 
-    def _start_pass(self, worker: Worker, *, bulk: bool = False) -> None:
-        """Start ``worker``'s next pass; with ``bulk`` (no other worker starts after it at
-        this instant) first run its steady decode passes that end before the next event."""
-        if bulk and self.bulk_decode:
-            self._advance_steady(worker, _token_times)
+    def _start_pass(self, worker: Worker) -> None:
+        """Start ``worker``'s next pass, or a segment of steady decode passes."""
+        if self.bulk_decode and self._begin_segment(worker):
+            return
         now = self.now
         results, duration, progressed = self._run_ranks(worker)
         if not results:
@@ -227,5 +233,5 @@ def replay_aggregated(
     return run.run()
 
 
-def _token_times(seq: SeqState) -> Any:
-    return seq.record.token_times
+def _index(worker: Worker) -> int:
+    return worker.index
