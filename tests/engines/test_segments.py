@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from servesim.engines.disagg.engine import DisaggReplay
 from servesim.engines.kernel.requests import RequestRecord
 from servesim.engines.vllm import AggregatedReplay
@@ -79,4 +81,18 @@ def test_a_handoff_in_a_later_round_of_an_instant_sees_the_pass_started_in_the_f
     assert bulk[:2] == step[:2]
     times = {rid: t for rid, _, t in bulk[0]}
     assert times[1] == (4.0,)
+    assert bulk[2] > 0
+
+
+@pytest.mark.parametrize("arrival", [20.5, 21.5, 22.5])
+def test_an_arrival_does_not_change_the_passes_that_started_before_it(
+        sim: Any, arrival: float) -> None:
+    # Attention DP with a prefill cadence: whether a pass saw a waiting request decides if
+    # the next pass may admit off the cadence, so the passes of a segment must not see a
+    # request that arrived while the segment was in flight.
+    role = sim.role(attention_data=2, prefill_schedule_interval=3)
+    specs = [sim.spec(0, 4, 60), sim.spec(1, 4, 60), sim.spec(2, 4, 9, arrival=arrival)]
+    bulk = _agg(role, ListWorkload(specs), True)
+    step = _agg(role, ListWorkload(specs), False)
+    assert bulk[:2] == step[:2]
     assert bulk[2] > 0

@@ -63,6 +63,7 @@ class Segment:
 
     ranks: list[RankScheduler]  # the ranks with work, each running one token per request
     ends: array  # end time of every pass, in order
+    waiting: list[bool]  # per rank: a request was waiting when the segment started
 
 
 @attrs.define(slots=True, eq=False, kw_only=True)
@@ -262,7 +263,7 @@ class ReplayLoop(Generic[W]):
         Each pass ``j`` would start at the previous end, emit one token per request and
         end at ``t_j = t_{j-1} + duration_j``, its duration that of the slowest rank; the
         segment keeps the passes its ranks allow (no completion, block crossings that
-        cannot fail), that end by the cutoff and before :meth:`_touch_horizon`. One event
+        cannot fail), that end by the cutoff and start before :meth:`_touch_horizon`. One event
         at the last end closes the segment (:meth:`_close`).
         """
         plans: list[tuple[RankScheduler, int, int]] = []
@@ -280,10 +281,8 @@ class ReplayLoop(Generic[W]):
             return False
         horizon = self._touch_horizon(worker)
         cutoff = self.workload.max_time_ms
-        if cutoff is not None and cutoff < horizon:
-            horizon_ok: Callable[[float], bool] = lambda t: t <= cutoff and t < horizon  # noqa: E731
-        else:
-            horizon_ok = horizon.__gt__
+        if cutoff is None:
+            cutoff = float("inf")
         ends = array("d")
         t = self.now
         if len(plans) == 1:
@@ -295,10 +294,12 @@ class ReplayLoop(Generic[W]):
                 if duration <= 0.0:
                     break
                 end = t + duration
-                if not horizon_ok(end):
+                if end > cutoff:
                     break
                 ends.append(end)
                 t = end
+                if end >= horizon:
+                    break  # the pass in flight when the worker is touched
         else:
             for j in range(steps):
                 duration = 0.0
@@ -310,10 +311,12 @@ class ReplayLoop(Generic[W]):
                 if duration <= 0.0:
                     break
                 end = t + duration
-                if not horizon_ok(end):
+                if end > cutoff:
                     break
                 ends.append(end)
                 t = end
+                if end >= horizon:
+                    break  # the pass in flight when the worker is touched
         k = len(ends)
         for rank, _, _ in plans:
             if k:
@@ -321,7 +324,8 @@ class ReplayLoop(Generic[W]):
         if not k:
             return False
         del ends[k:]
-        worker.segment = Segment([rank for rank, _, _ in plans], ends)
+        ranks = [rank for rank, _, _ in plans]
+        worker.segment = Segment(ranks, ends, [bool(rank.waiting) for rank in ranks])
         worker.busy = True
         worker.pass_start = self.now
         worker.end_entry = self.events.push(ends[-1], PHASE_ENGINE, worker.key, PassEnd(worker))
@@ -339,8 +343,8 @@ class ReplayLoop(Generic[W]):
             return
         stamp = self._stamp
         dp_size = len(worker.ranks)
-        for rank in segment.ranks:
-            rank.advance_steady(steps, worker.wave_step, dp_size)
+        for rank, waiting in zip(segment.ranks, segment.waiting, strict=True):
+            rank.advance_steady(steps, worker.wave_step, dp_size, waiting)
             for seq in rank.running:
                 stamp(seq).extend(ends)
         busy = worker.busy_ms
@@ -354,10 +358,12 @@ class ReplayLoop(Generic[W]):
         self.passes += steps
         self.bulk_passes += steps
 
-    def _touch(self, worker: W) -> None:
+    def _touch(self, worker: W, *, reads: bool = True) -> None:
         """Bring ``worker`` to where the stepwise replay has it now, before the current
-        event reads or changes its ranks: the passes of its segment that the stepwise loop
-        closed by now are applied and the pass in flight becomes an ordinary pass.
+        event changes its ranks (and, with ``reads``, reads them): the passes of its
+        segment that the stepwise loop closed by now are applied and the one in flight
+        becomes an ordinary pass. Without ``reads`` (an arrival joining a queue) the
+        segment only ends with the pass in flight, so it is not applied yet.
 
         A pass ending exactly now: in the first round of events at this instant, the
         stepwise loop closed it if its end event orders before the current event (and
@@ -367,19 +373,26 @@ class ReplayLoop(Generic[W]):
         segment = worker.segment
         if segment is None:
             return
-        self.events.cancel(worker.end_entry)
-        now, ends = self.now, segment.ends
-        order = self.event_order
+        now, ends, order = self.now, segment.ends, self.event_order
         if order > (PHASE_ENGINE, worker.key):
             m = bisect.bisect_right(ends, now)
             if m and ends[m - 1] == now and order != LATER_ROUND:
                 # the stepwise loop ended a pass of this worker in this round already, and
                 # starts the next one when the round settles
+                self.events.cancel(worker.end_entry)
                 del ends[m:]
                 self._dispatch(PassEnd(worker))
                 return
         else:
             m = bisect.bisect_left(ends, now)
+        if not reads:
+            if m + 1 < len(ends):
+                self.events.cancel(worker.end_entry)
+                del ends[m + 1:]
+                worker.end_entry = self.events.push(ends[m], PHASE_ENGINE, worker.key,
+                                                    PassEnd(worker))
+            return
+        self.events.cancel(worker.end_entry)
         self._apply_segment(worker, m)
         self.now = worker.pass_start  # the pass in flight started at the previous end
         results, duration, _ = self._run_ranks(worker)

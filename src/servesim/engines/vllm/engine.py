@@ -131,7 +131,7 @@ class AggregatedReplay(ReplayLoop[Worker]):
     def _arrive(self, spec: RequestSpec) -> None:
         worker = self._workers[self.next_worker]
         self.next_worker = (self.next_worker + 1) % len(self._workers)
-        self._touch(worker)
+        self._touch(worker, reads=False)  # the request only joins a waiting queue
         rank = worker.ranks[worker.place()]
         record = RequestRecord(
             request_id=spec.request_id,

@@ -362,13 +362,15 @@ class RankScheduler:
                 hi = mid
         return lo
 
-    def advance_steady(self, steps: int, wave_step: int, dp_size: int) -> None:
+    def advance_steady(self, steps: int, wave_step: int, dp_size: int, waiting: bool) -> None:
         """Apply ``steps`` steady decode passes at once (:meth:`steady_plan` said they are).
 
         The result is what ``steps`` calls of :meth:`execute_pass` would leave: every request
         computed and generated ``steps`` more tokens; block allocations at crossings and
         publications of completed blocks happen step by step in running order, exactly as
-        the passes would run them. The caller stamps the tokens and prices the steps.
+        the passes would run them. ``waiting``: whether the waiting queue was non-empty
+        when the passes started (requests may have joined it since). The caller stamps the
+        tokens and prices the steps.
         """
         bs, caching, pool = self.block_size, self.caching, self.pool
         running = list(self.running)
@@ -407,7 +409,7 @@ class RankScheduler:
         interval = self.prefill_interval
         for j in range(min(steps, interval)):
             if dp_size <= 1 or (wave_step + j) % interval == 0 or flag:
-                self._prefill_capacity_bound = bool(self.waiting)
+                self._prefill_capacity_bound = waiting
                 break
 
     def _admit_waiting(
