@@ -47,7 +47,9 @@ def _aggregated(sim: type[Sim], corrupt: Corrupt, *, role: RoleArgs | None = Non
     role = role or sim.role()
     specs = [sim.spec(i, 12, out) for i, out in enumerate(outs)]
     records: list[RequestRecord] = []
-    run = AggregatedReplay(role, make_timer(role), ListWorkload(specs), records.append, None)
+    # Stepwise: the corruption hooks execute_pass, which bulk-advanced passes bypass.
+    run = AggregatedReplay(role, make_timer(role), ListWorkload(specs), records.append, None,
+                           bulk_decode=False)
     rank = run.workers[0].ranks[0]
     original = rank.execute_pass
     done = [False]
@@ -177,7 +179,7 @@ def test_a_request_that_reaches_the_sink_twice(sim: type[Sim]) -> None:
 def test_token_counts_and_times_in_the_records(sim: type[Sim]) -> None:
     role = sim.role()
     run = AggregatedReplay(role, make_timer(role), ListWorkload([sim.spec(0, 8, 2)]),
-                           lambda record: None, None)
+                           lambda record: None, None, bulk_decode=False)  # a pass per token
     end_pass = run._end_pass
 
     def extra_token(worker: Any) -> None:

@@ -223,9 +223,9 @@ class ReplayLoop(Generic[W]):
     def _close(self, worker: W) -> list[RankPass]:
         """The pass of ``worker`` ended at ``self.now``: its results."""
         if worker.segment is not None:
-            self._apply_segment(worker, len(worker.segment.ends))
+            finished = self._apply_segment(worker, len(worker.segment.ends))
             worker.busy = False
-            return []
+            return finished
         worker.busy = False
         worker.busy_ms += self.now - worker.pass_start
         pending, worker.pending = worker.pending, []
@@ -262,9 +262,10 @@ class ReplayLoop(Generic[W]):
 
         Each pass ``j`` would start at the previous end, emit one token per request and
         end at ``t_j = t_{j-1} + duration_j``, its duration that of the slowest rank; the
-        segment keeps the passes its ranks allow (no completion, block crossings that
-        cannot fail), that end by the cutoff and start before :meth:`_touch_horizon`. One event
-        at the last end closes the segment (:meth:`_close`).
+        segment keeps the passes its ranks allow (up to the first completion, block
+        crossings that cannot fail), that end by the cutoff and start before
+        :meth:`_touch_horizon`. One event at the last end closes the segment
+        (:meth:`_close`).
         """
         plans: list[tuple[RankScheduler, int, int]] = []
         steps = -1
@@ -331,22 +332,26 @@ class ReplayLoop(Generic[W]):
         worker.end_entry = self.events.push(ends[-1], PHASE_ENGINE, worker.key, PassEnd(worker))
         return True
 
-    def _apply_segment(self, worker: W, steps: int) -> None:
-        """Apply the first ``steps`` passes of ``worker``'s segment and drop the rest."""
+    def _apply_segment(self, worker: W, steps: int) -> list[RankPass]:
+        """Apply the first ``steps`` passes of ``worker``'s segment and drop the rest; the
+        requests the last of them finished, per rank (as a pass's results)."""
         segment = worker.segment
         assert segment is not None
         worker.segment = None
         ends = segment.ends
         if steps < len(ends):
             ends = ends[:steps]
+        finished: list[RankPass] = []
         if not steps:
-            return
+            return finished
         stamp = self._stamp
         dp_size = len(worker.ranks)
         for rank, waiting in zip(segment.ranks, segment.waiting, strict=True):
-            rank.advance_steady(steps, worker.wave_step, dp_size, waiting)
             for seq in rank.running:
                 stamp(seq).extend(ends)
+            done = rank.advance_steady(steps, worker.wave_step, dp_size, waiting)
+            if done is not None:
+                finished.append(done)
         busy = worker.busy_ms
         start = worker.pass_start
         for end in ends:
@@ -357,6 +362,7 @@ class ReplayLoop(Generic[W]):
         worker.wave_step += steps
         self.passes += steps
         self.bulk_passes += steps
+        return finished
 
     def _touch(self, worker: W, *, reads: bool = True) -> None:
         """Bring ``worker`` to where the stepwise replay has it now, before the current
@@ -393,7 +399,8 @@ class ReplayLoop(Generic[W]):
                                                     PassEnd(worker))
             return
         self.events.cancel(worker.end_entry)
-        self._apply_segment(worker, m)
+        finished = self._apply_segment(worker, m)
+        assert not finished, "a segment finished requests before its last pass"
         self.now = worker.pass_start  # the pass in flight started at the previous end
         results, duration, _ = self._run_ranks(worker)
         self._launch(worker, results, duration)

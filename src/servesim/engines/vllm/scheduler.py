@@ -288,7 +288,7 @@ class RankScheduler:
         reached, or the waiting head is blocked on blocks. A blocked head stays blocked
         while no request finishes: blocks only get scarcer, and a decode step publishes
         only blocks holding its own generated tokens, which no other prompt contains.
-        ``max_steps`` stops before the pass in which the first request completes; block
+        ``max_steps`` ends with the pass in which the first request completes; block
         crossings are bounded separately (:meth:`steady_block_limit`).
         """
         if self.sampler is not None or self.state is not None:
@@ -308,9 +308,7 @@ class RankScheduler:
             if left < steps:
                 steps = left
             active += length
-        if steps <= 1:
-            return None
-        return steps - 1, n, active
+        return steps, n, active
 
     def _intake_blocked(self) -> bool:
         """The next pass admits and rejects nothing, and neither do later ones as long as no
@@ -362,15 +360,17 @@ class RankScheduler:
                 hi = mid
         return lo
 
-    def advance_steady(self, steps: int, wave_step: int, dp_size: int, waiting: bool) -> None:
+    def advance_steady(self, steps: int, wave_step: int, dp_size: int,
+                       waiting: bool) -> RankPass | None:
         """Apply ``steps`` steady decode passes at once (:meth:`steady_plan` said they are).
 
         The result is what ``steps`` calls of :meth:`execute_pass` would leave: every request
         computed and generated ``steps`` more tokens; block allocations at crossings and
         publications of completed blocks happen step by step in running order, exactly as
-        the passes would run them. ``waiting``: whether the waiting queue was non-empty
-        when the passes started (requests may have joined it since). The caller stamps the
-        tokens and prices the steps.
+        the passes would run them; requests that got their last token in the last pass
+        finish (the pass's ``finished``, returned when there are any). ``waiting``: whether
+        the waiting queue was non-empty when the passes started (requests may have joined
+        it since). The caller stamps the tokens and prices the steps.
         """
         bs, caching, pool = self.block_size, self.caching, self.pool
         running = list(self.running)
@@ -411,6 +411,14 @@ class RankScheduler:
             if dp_size <= 1 or (wave_step + j) % interval == 0 or flag:
                 self._prefill_capacity_bound = waiting
                 break
+        # In running order, as the last pass's emission would finish them.
+        done = [seq for seq in running if seq.prompt_len + seq.generated >= seq.stop_len]
+        if not done:
+            return None
+        out = RankPass()
+        for seq in done:
+            self._finish(seq, out)
+        return out
 
     def _admit_waiting(
         self, scheduled: list[SeqState], out: RankPass, now: float, defer: bool
