@@ -221,7 +221,9 @@ class ReplayLoop(Generic[W]):
                                             PassEnd(worker))
 
     def _close(self, worker: W) -> list[RankPass]:
-        """The pass of ``worker`` ended at ``self.now``: its results."""
+        """The pass of ``worker`` ended at ``self.now``: its results. A segment's passes
+        are applied here (tokens stamped); its results hold only what its last pass
+        finished."""
         if worker.segment is not None:
             finished = self._apply_segment(worker, len(worker.segment.ends))
             worker.busy = False
