@@ -10,7 +10,9 @@ class StepTimer(Protocol):
 
     A scheduler calls :meth:`prefill_ms` once per pass with the requests that computed
     prompt tokens in it and :meth:`decode_ms` once with the requests that emit a token.
-    An empty half (``batch == 0``) must cost ``0.0``.
+    An empty half (``batch == 0``) must cost ``0.0``. Both must be pure functions of
+    their arguments: the built-in engines price runs of steady decode passes ahead of
+    time, in bulk, and rely on the same arguments giving the same float.
     """
 
     def prefill_ms(self, batch: int, mean_isl: float, mean_prefix: float) -> float:
