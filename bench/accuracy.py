@@ -4,19 +4,13 @@
     .venv/bin/python bench/accuracy.py --limit 0       # every row (slow)
     .venv/bin/python bench/accuracy.py --rows          # also print every row's errors
 
-Each aggregated row of bench/data/silicon_dev.csv is replayed the way it was measured:
-a closed loop of ``concurrency`` requests with fixed ISL/OSL through the vLLM engine
+Each aggregated row of bench/data/silicon_dev.csv is replayed the way it was measured
+(``calib.replay``): ``concurrency`` clients start together and re-send as soon as a
+request completes, ``--waves`` x concurrency requests in all (fewer when that exceeds
+``--max-tokens`` output tokens, at least one wave), through the vLLM engine
 (``servesim.engines.vllm``) priced by the analytical timer with the row's model, GPU,
-parallelism and weight precision. ``--waves`` x concurrency requests are replayed
-(fewer when that exceeds ``--max-tokens`` output tokens, at least one wave); TTFT and
-TPOT are means over the second wave's requests (which live entirely in a full loop; the
-first wave ramps up, the last drains), or over all completed requests when fewer than two
-waves fit the budget.
-
-Steady-state start: the first wave arrives spread over one estimated request lifetime
-instead of all at t=0 (see ``calib.StaggeredClosedLoop``); a benchmark that has been
-running has its requests at spread-out stages, while fixed-length requests started
-together stay in lockstep for the whole replay.
+parallelism and weight precision. TTFT and TPOT are means over every request, the
+front end's latency outside the GPU passes added to TTFT.
 
 Rows that cannot be simulated (disaggregated rows, models or GPUs missing from the
 catalog, no KV budget, too many tokens for the budget) are counted with their reason.
@@ -46,8 +40,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--limit", type=int, default=400,
                     help="deterministic subsample size spread over partitions (0: all rows)")
-    ap.add_argument("--waves", type=int, default=3, help="requests = waves x concurrency")
-    ap.add_argument("--max-tokens", type=int, default=400_000,
+    ap.add_argument("--waves", type=int, default=calib.WAVES,
+                    help="requests = waves x concurrency")
+    ap.add_argument("--max-tokens", type=int, default=calib.MAX_TOKENS,
                     help="output-token budget of one row's replay")
     ap.add_argument("--rows", action="store_true", help="print every row")
     args = ap.parse_args()
@@ -63,12 +58,12 @@ def main() -> int:
     if args.rows:
         print(f"{'row':70} {'TTFT meas':>10} {'pred':>9} {'err%':>7} "
               f"{'TPOT meas':>10} {'pred':>8} {'err%':>7}")
-    for row, s in calib.iter_setups(rows, max_tokens=args.max_tokens):
+    for row, s in calib.iter_setups(rows, max_tokens=args.max_tokens, waves=args.waves):
         if isinstance(s, str):
             skipped[s.split(":")[0][:90]] += 1
             continue
         try:
-            res = calib.replay_staggered(s, constants)
+            res = calib.replay(s, constants)
         except calib.Unsupported as exc:
             skipped[str(exc)] += 1
             continue
@@ -76,8 +71,8 @@ def main() -> int:
         e_tpot = res.tpot_ms / row.tpot_ms - 1
         done += 1
         for key in (("overall",), ("backend", row.backend), ("gpu", row.system),
-                    ("model", row.model), ("gpu/backend/model", row.system, row.backend,
-                                           row.model)):
+                    ("model", row.model), ("fold", "holdout" if calib.holdout(row) else "fit"),
+                    ("gpu/backend/model", row.system, row.backend, row.model)):
             ttft[key].append(e_ttft)
             tpot[key].append(e_tpot)
         if args.rows:

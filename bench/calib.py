@@ -6,28 +6,39 @@ an aggregated row into the engine's :class:`RoleArgs`, an analytical step-time g
 with the row's weight precision, and a closed-loop synthetic workload, and replays it
 through the vLLM engine.
 
-Recording: in a closed loop with one worker the engine's schedule (which requests are in
-which pass, with which token counts) does not depend on the pass durations: requests
-arrive only when another one finishes, i.e. at a pass end. So one replay records every
-pass (the timer calls of each rank) and which passes carry each request's arrival, first
-and last token; any timer then gives the exact TTFT/TPOT that a replay with that timer
-would give, by re-pricing the recorded passes. The fit uses this to evaluate thousands of
-constant sets without re-running the engine.
+How a row was measured (:class:`BenchmarkLoop`): ``concurrency`` clients start together,
+each re-sends as soon as its request completes, ``WAVES x concurrency`` requests in all,
+and TTFT / TPOT are means over every request (the first wave, whose prompts all queue at
+once, included). The front end's latency outside the GPU passes
+(:meth:`AnalyticalTimer.request_ms`) is added to each TTFT.
+
+Recording: in this closed loop the engine's schedule (which requests are in which pass,
+with which token counts) does not depend on the pass durations: requests arrive during
+the first pass or when another one finishes, i.e. at a pass end. So one replay records
+every pass (the timer calls of each rank) and which passes carry each request's arrival,
+first and last token; any timer then gives the exact TTFT/TPOT that a replay with that
+timer would give, by re-pricing the recorded passes. The fit uses this to evaluate
+thousands of constant sets without re-running the engine.
 """
 
 from __future__ import annotations
 
+import bisect
 import csv
 import math
 import re
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import attrs
+
 from servesim.catalog import CatalogError, load_gpu, load_model
-from servesim.engines.kernel.requests import RequestRecord
+from servesim.engines.kernel.loop import PassWorker
+from servesim.engines.kernel.requests import RequestRecord, RequestSpec
 from servesim.engines.vllm import AggregatedReplay
+from servesim.engines.vllm.scheduler import RankScheduler
 from servesim.errors import ServesimError
 from servesim.geometry import GeometryError, default_kv_blocks, kv_bytes_per_token
 from servesim.payload import RoleArgs
@@ -37,9 +48,8 @@ from servesim.timing.analytical import (
     StepGeometry,
     build_geometry,
 )
-from servesim.workloads.driver import ClosedLoop, SessionWorkload
 from servesim.workloads.spec import SyntheticSource
-from servesim.workloads.synthetic import synthetic_requests
+from servesim.workloads.synthetic import SyntheticRequest
 
 DATA = Path(__file__).resolve().parent / "data" / "silicon_dev.csv"
 
@@ -58,6 +68,15 @@ BLOCK_SIZE = {"vllm": 64, "sglang": 64, "trtllm": 32}  # sglang pages are 1 toke
 MAX_BATCHED_TOKENS = 8192
 MAX_SEQS = {"vllm": 1024, "sglang": 4096, "trtllm": 2048}
 MEMORY_FRACTION = {"vllm": 0.9, "sglang": 0.88, "trtllm": 0.9}
+
+# The benchmark client: requests per client (all measured), the gap between the clients'
+# first sends (small: the first request starts a pass alone, the others join the next one)
+# and the spread of the output lengths around OSL (served requests do not all stop at
+# exactly OSL tokens, so clients drift apart after the first wave).
+WAVES = 6
+SEND_GAP_MS = 1e-6
+OSL_SPREAD = 0.2
+MAX_TOKENS = 4_000_000  # output tokens of one row's replay; fewer waves above that
 
 
 @dataclass
@@ -120,6 +139,10 @@ def _parallel(raw: dict[str, str]) -> dict[str, int]:
             else:
                 tp = mep
             mtp = 1
+    elif mtp == 1 and tp == dp > 1 and mep == tp * dp:
+        # The same X**2 recording of a vLLM "tpX + expert parallel" deployment (the ids
+        # say tpX_epX): X GPUs, attention TP X, experts over the same X GPUs.
+        dp, mep = 1, tp
     elif tp > 8 and tp == mtp and mep == 1 and dp == 1:
         # TP12..TP72 with "moe_tp" equal: wide expert-parallel deployments (attention DP +
         # EP over the NVL72 domain). Pure TP would need the whole batch's KV on every GPU
@@ -155,7 +178,7 @@ class Setup:
     requests: int
 
 
-def setup(row: Row, *, max_tokens: int, waves: int = 3) -> Setup:
+def setup(row: Row, *, max_tokens: int, waves: int = WAVES) -> Setup:
     """Role, geometry and request count for one aggregated row (or :class:`Unsupported`)."""
     if row.mode != "agg":
         raise Unsupported("disaggregated (P/D) replay is not available in the engine yet")
@@ -173,8 +196,13 @@ def setup(row: Row, *, max_tokens: int, waves: int = 3) -> Setup:
         gemm = moe = None  # gpt-oss: bf16 attention + MXFP4 experts, whatever the label
     backend = row.backend
     tp, dp = row.tp, row.dp
-    kv_dtype = 1 if backend in ("trtllm", "sglang") and (gemm or "") in (
-        "fp8", "fp8_block", "nvfp4") else model.dtype_bytes
+    kv_dtype = model.dtype_bytes
+    if (gemm or "") in ("nvfp4", "fp4") or (backend in ("trtllm", "sglang") and (
+            gemm or "") in ("fp8", "fp8_block")):
+        # NVFP4 checkpoints carry FP8 KV-cache scales and every stack uses them; TRT-LLM
+        # and SGLang deployments of FP8 checkpoints run an FP8 KV cache too. (vLLM keeps
+        # the model dtype for FP8 checkpoints unless told otherwise.)
+        kv_dtype = 1
     try:
         kv_bpt, _ = kv_bytes_per_token(model, tensor=tp, pipeline=1, kv_dtype_bytes=kv_dtype)
         geometry = build_geometry(
@@ -213,10 +241,50 @@ def setup(row: Row, *, max_tokens: int, waves: int = 3) -> Setup:
     return Setup(row=row, role=role, geometry=geometry, requests=n)
 
 
-def workload(s: Setup) -> SessionWorkload:
-    src = SyntheticSource(input_tokens=s.row.isl, output_tokens=s.row.osl)
-    return SessionWorkload(lambda: synthetic_requests(src), ClosedLoop(s.row.concurrency),
-                           max_requests=s.requests)
+class BenchmarkLoop:
+    """The client of a calibration benchmark: ``concurrency`` clients start together and
+    each sends its next request as soon as its previous one completes, ``total`` requests
+    in all, every one of them measured.
+
+    "Together" is one after another, :data:`SEND_GAP_MS` apart: the first request finds
+    the engine idle and starts a pass alone, the others arrive while it runs, as on a
+    real server; the first wave's prompts queue behind each other. Output lengths are
+    spread uniformly over ``osl * (1 +- OSL_SPREAD)`` (a fixed pseudo-random sequence,
+    mean ``osl``), so the clients drift apart instead of staying in lockstep.
+    """
+
+    def __init__(self, isl: int, osl: int, concurrency: int, total: int) -> None:
+        self.src = SyntheticSource(input_tokens=isl, output_tokens=osl)
+        self.concurrency = concurrency
+        self.total = total
+        self.next_id = 0
+
+    @property
+    def max_time_ms(self) -> float | None:
+        return None
+
+    def _spec(self, arrival: float) -> RequestSpec:
+        i = self.next_id
+        spec = SyntheticRequest(self.src, i).first_turn(arrival)
+        self.next_id += 1
+        u = ((i * 2654435761) % 4294967296) / 4294967296.0  # Knuth's multiplicative hash
+        osl = self.src.output_tokens
+        out = max(1, round(osl * (1 + OSL_SPREAD * (2 * u - 1))))
+        return attrs.evolve(spec, output_length=out)
+
+    def start(self) -> Iterator[RequestSpec]:
+        self.next_id = 0
+        for i in range(min(self.concurrency, self.total)):
+            yield self._spec(i * SEND_GAP_MS)
+
+    def on_terminal(self, request: object, time_ms: float) -> list[RequestSpec]:
+        if self.next_id >= self.total:
+            return []
+        return [self._spec(time_ms)]
+
+
+def workload(s: Setup) -> BenchmarkLoop:
+    return BenchmarkLoop(s.row.isl, s.row.osl, s.row.concurrency, s.requests)
 
 
 @dataclass
@@ -226,22 +294,24 @@ class Result:
     completed: int
 
 
-def summarize(records: list[RequestRecord]) -> Result:
+def summarize(records: list[RequestRecord], front_ms: float = 0.0) -> Result:
+    """Mean TTFT (plus the front end's ``front_ms``) and mean TPOT over every completed
+    request, TPOT being ``(last token - first token) / (output tokens - 1)``."""
     done = [r for r in records if r.status == "completed" and r.output_length > 0]
     if not done:
         raise Unsupported("no request completed in the replay")
-    ttft = sum(r.token_times[0] - r.arrival_ms for r in done) / len(done)
+    ttft = sum(r.token_times[0] - r.arrival_ms for r in done) / len(done) + front_ms
     tp = [(r.token_times[-1] - r.token_times[0]) / (r.output_length - 1)
           for r in done if r.output_length > 1]
     return Result(ttft, sum(tp) / len(tp) if tp else 0.0, len(done))
 
 
 def replay(s: Setup, constants: AnalyticalConstants) -> Result:
-    """Replay one row through the engine with the analytical timer."""
+    """Replay one row through the engine with the analytical timer, as it was measured."""
     records: list[RequestRecord] = []
     timer = AnalyticalTimer(s.geometry, constants)
     AggregatedReplay(s.role, timer, workload(s), records.append, None).run()
-    return summarize(records)
+    return summarize(records, timer.request_ms(s.row.isl))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -251,6 +321,8 @@ Call = tuple[int, int, int, int]  # (0, batch, isl, prefix) or (1, batch, active
 
 
 class _Recorder:
+    """A timer that prices every call at 1 ms and keeps the calls."""
+
     def __init__(self) -> None:
         self.calls: list[Call] = []
 
@@ -271,58 +343,127 @@ class _Recorder:
 class Recording:
     """Unique pass signatures with their TTFT/TPOT weights (see the module docstring)."""
 
+    isl: int
     signatures: list[tuple[tuple[Call, ...], ...]] = field(default_factory=list)
     ttft_w: list[float] = field(default_factory=list)
     tpot_w: list[float] = field(default_factory=list)
     completed: int = 0
+    _where: dict[tuple[tuple[Call, ...], ...], int] = field(default_factory=dict, repr=False)
+    _plan: tuple[list[Call], list[tuple[tuple[int, ...], ...]]] | None = field(
+        default=None, repr=False)
+
+    def add(self, sig: tuple[tuple[Call, ...], ...], ttft_w: float, tpot_w: float) -> None:
+        i = self._where.get(sig)
+        if i is None:
+            self._plan = None
+            self._where[sig] = i = len(self.signatures)
+            self.signatures.append(sig)
+            self.ttft_w.append(0.0)
+            self.tpot_w.append(0.0)
+        self.ttft_w[i] += ttft_w
+        self.tpot_w[i] += tpot_w
 
     def evaluate(self, timer: AnalyticalTimer) -> tuple[float, float]:
-        ttft = tpot = 0.0
+        """(mean TTFT, mean TPOT) the replay would give with ``timer``."""
+        if self._plan is None:
+            self._plan = _plan(self.signatures)
+        calls, sigs = self._plan
         pf, dc = timer.prefill_ms, timer.decode_ms
-        for sig, wt, wp in zip(self.signatures, self.ttft_w, self.tpot_w, strict=True):
+        price = [pf(a, b, c) if kind == 0 else dc(a, b, c, 0) for kind, a, b, c in calls]
+        ttft = tpot = 0.0
+        for sig, wt, wp in zip(sigs, self.ttft_w, self.tpot_w, strict=True):
             d = 0.0
             for rank in sig:
                 r = 0.0
-                for kind, a, b, c in rank:
-                    r += pf(a, b, c) if kind == 0 else dc(a, b, c, 0)
+                for i in rank:
+                    r += price[i]
                 if r > d:
                     d = r
             ttft += d * wt
             tpot += d * wp
-        return ttft, tpot
+        return ttft + timer.request_ms(self.isl), tpot
+
+
+def _plan(signatures: list[tuple[tuple[Call, ...], ...]]) -> tuple[
+        list[Call], list[tuple[tuple[int, ...], ...]]]:
+    """The distinct calls of ``signatures`` and each signature as indices into them (a
+    call is priced once per evaluation however many passes make it)."""
+    index: dict[Call, int] = {}
+    calls: list[Call] = []
+
+    def at(c: Call) -> int:
+        i = index.get(c)
+        if i is None:
+            index[c] = i = len(calls)
+            calls.append(c)
+        return i
+
+    return calls, [tuple(tuple(at(c) for c in rank) for rank in sig) for sig in signatures]
 
 
 def _bin(active: int) -> int:
-    """KV tokens rounded to ~0.4% (2**-8 relative), so passes share signatures."""
-    if active < 256:
+    """KV tokens rounded to ~1.6% (2**-6 relative), so passes share signatures (a pass's
+    price changes by much less than that over such a step)."""
+    if active < 64:
         return active
-    step = 1 << (active.bit_length() - 9)
+    step = 1 << (active.bit_length() - 7)
     return (active // step) * step + step // 2
 
 
 def record(s: Setup) -> Recording:
+    """Replay ``s`` once with unit prices and keep every pass (its timer calls per rank)
+    and which passes count towards each request's TTFT and TPOT.
+
+    The schedule of this closed loop does not depend on the pass durations (requests
+    arrive at pass ends, or all during the first pass), so re-pricing the recorded passes
+    with any timer gives exactly what a replay with that timer gives.
+    """
     recorder = _Recorder()
     records: list[RequestRecord] = []
-    run = AggregatedReplay(s.role, recorder, workload(s), records.append, None)  # type: ignore[arg-type]
-    passes: list[tuple[float, list[list[Call]]]] = []
+    run = AggregatedReplay(s.role, recorder, workload(s), records.append, None)
+    starts: list[float] = []
+    passes: list[list[list[Call]]] = []
+    at: dict[float, int] = {}
+
+    def pass_at(now: float) -> list[list[Call]]:
+        k = at.get(now)
+        if k is None:
+            at[now] = k = len(passes)
+            starts.append(now)
+            passes.append([])
+        return passes[k]
+
     for worker in run.workers:
         for rank in worker.ranks:
             inner = rank.execute_pass
+            inner_bulk = rank.advance_steady
 
             def wrapped(now: float, *args: object,
                         _inner: Callable[..., object] = inner) -> object:
-                if not passes or passes[-1][0] != now:
-                    passes.append((now, []))
+                ranks = pass_at(now)
                 start = len(recorder.calls)
                 out = _inner(now, *args)
-                passes[-1][1].append(recorder.calls[start:])
+                ranks.append(recorder.calls[start:])
                 return out
 
-            rank.execute_pass = wrapped  # type: ignore[method-assign]
+            def bulk(steps: int, *args: object, _inner: Callable[..., object] = inner_bulk,
+                     _rank: RankScheduler = rank, _worker: PassWorker = worker) -> object:
+                # homogeneous decode steps applied at once, one unit-price pass each,
+                # starting where the worker's run of steady passes started
+                n = len(_rank.running)
+                active = sum(q.prompt_len + q.generated for q in _rank.running)
+                t0 = _worker.pass_start
+                for j in range(steps):
+                    a = active + n * j
+                    pass_at(t0 + j).append([(1, n, a, a // n)])
+                return _inner(steps, *args)
+
+            rank.execute_pass = wrapped  # type: ignore[method-assign,assignment]
+            rank.advance_steady = bulk  # type: ignore[method-assign,assignment]
     run.run()
     # pass end times under the recorder's unit prices
     index: dict[float, int] = {}
-    for k, (now, ranks) in enumerate(passes):
+    for k, (now, ranks) in enumerate(zip(starts, passes, strict=True)):
         d = max((float(len(calls)) for calls in ranks), default=0.0)
         index[now + d] = k
     n = len(passes)
@@ -336,7 +477,7 @@ def record(s: Setup) -> Recording:
     inv_p = 1.0 / len(multi) if multi else 0.0
     for r in done:
         f = index[r.token_times[0]]
-        a = index[r.arrival_ms] + 1 if r.arrival_ms > 0 else 0
+        a = bisect.bisect_right(starts, r.arrival_ms) - 1  # the pass running at arrival
         dt[a] += inv  # passes a..f count towards this request's TTFT
         dt[f + 1] -= inv
         if r.output_length > 1:
@@ -344,25 +485,39 @@ def record(s: Setup) -> Recording:
             w = inv_p / (r.output_length - 1)
             dp[f + 1] += w
             dp[last + 1] -= w
-    rec = Recording(completed=len(done))
-    where: dict[tuple[tuple[Call, ...], ...], int] = {}
+    rec = Recording(isl=s.row.isl, completed=len(done))
     wt = wp = 0.0
-    for k, (_, ranks) in enumerate(passes):
+    for k, ranks in enumerate(passes):
         wt += dt[k]
         wp += dp[k]
-        if wt == 0.0 and wp == 0.0:
+        if abs(wt) < 1e-12 and abs(wp) < 1e-12:
             continue
-        sig = tuple(tuple((c[0], c[1], _bin(c[2]) if c[0] == 1 else c[2], c[3])
-                          for c in calls) for calls in ranks)
-        i = where.get(sig)
-        if i is None:
-            where[sig] = i = len(rec.signatures)
-            rec.signatures.append(sig)
-            rec.ttft_w.append(0.0)
-            rec.tpot_w.append(0.0)
-        rec.ttft_w[i] += wt
-        rec.tpot_w[i] += wp
+        rec.add(signature(ranks), wt, wp)
     return rec
+
+
+def signature(ranks: Sequence[Sequence[Call]]) -> tuple[tuple[Call, ...], ...]:
+    """A pass's timer calls in canonical form: decode KV binned (:func:`_bin`), identical
+    ranks once (the pass lasts as long as its slowest rank), ranks sorted."""
+    out = set()
+    for calls in ranks:
+        sig = []
+        for c in calls:
+            if c[0] == 1:
+                a = _bin(c[2])
+                sig.append((1, c[1], a, a // c[1]))
+            else:
+                sig.append(c)
+        out.add(tuple(sig))
+    return tuple(sorted(out))
+
+
+def compact(rec: Recording) -> Recording:
+    """``rec`` with its signatures in canonical form (merging the ones that coincide)."""
+    out = Recording(isl=rec.isl, completed=rec.completed)
+    for sig, wt, wp in zip(rec.signatures, rec.ttft_w, rec.tpot_w, strict=True):
+        out.add(signature(sig), wt, wp)
+    return out
 
 
 def holdout(row: Row, folds: int = 5) -> bool:
@@ -375,10 +530,11 @@ def holdout(row: Row, folds: int = 5) -> bool:
     return zlib.crc32(key.encode()) % folds == 0
 
 
-def iter_setups(rows: list[Row], *, max_tokens: int) -> Iterator[tuple[Row, Setup | str]]:
+def iter_setups(rows: list[Row], *, max_tokens: int,
+                waves: int = WAVES) -> Iterator[tuple[Row, Setup | str]]:
     for row in rows:
         try:
-            yield row, setup(row, max_tokens=max_tokens)
+            yield row, setup(row, max_tokens=max_tokens, waves=waves)
         except Unsupported as exc:
             yield row, str(exc)
 
@@ -398,103 +554,3 @@ def sample(rows: list[Row], limit: int | None) -> list[Row]:
         step = len(group) / k
         out.extend(group[int(i * step)] for i in range(k))
     return out
-
-
-# ---------------------------------------------------------------------------------------------
-# Steady state
-
-
-def steady_state(s: Setup, timer: AnalyticalTimer) -> tuple[float, float]:
-    """(TTFT, TPOT) of a closed loop in steady state, from the timer alone, the way the
-    vLLM engine schedules it (checked against ``replay_staggered``).
-
-    One rank runs ``c`` requests at uniformly spread stages. A prompt arrives when another
-    request finishes, i.e. at a pass end, and is scheduled in the next pass after the
-    running decodes, with the rest of the token budget ``B``: ``k = ceil(isl / (B - c))``
-    passes carry it, the last of which also emits its first token. A request lives
-    ``k + osl - 1`` passes, so ``lam = c / (k + osl - 1)`` prompts start per pass.
-    TPOT is the mean pass: ``c`` decodes at mean context ``isl + osl / 2`` plus ``lam``
-    prompts' chunks. TTFT is the ``k`` passes carrying the prompt (the pass in flight has
-    just ended when the prompt arrives, so there is no residual wait).
-    """
-    row, role = s.row, s.role
-    clients = max(1.0, row.concurrency / role.attention_data)
-    isl, osl = row.isl, row.osl
-    budget = role.max_batched_tokens
-    # Requests that can run at once: sequence cap, KV blocks at the mean length (blocks are
-    # taken as sequences grow), half the token budget.
-    fit = role.num_gpu_blocks // max(1, math.ceil((isl + osl / 2) / role.block_size))
-    c = max(1.0, min(clients, role.max_sequences, fit, budget // 2))
-    room = max(1.0, budget - (c - 1))
-    k = max(1, math.ceil(isl / room))
-    lam = c / (k + osl - 1)
-    b = max(1.0, lam)  # prompts sharing the pass that carries one
-    ctx = isl + osl / 2
-    decode = timer.decode_ms(round(c), round(c * ctx), ctx, 0)
-    chunks = 0.0
-    start = 0
-    for _ in range(k):
-        end = min(isl, start + int(room))
-        chunks += timer.prefill_ms(b, end, start)  # type: ignore[arg-type]
-        start = end
-    step = decode + lam / b * chunks
-    ttft = k * decode + chunks
-    if clients > c:
-        # The other clients wait for a slot: throughput c / lifetime (Little's law).
-        ttft += (clients / c - 1) * (ttft + (osl - 1) * step)
-    return ttft, step
-
-
-class StaggeredClosedLoop:
-    """Closed loop whose first wave arrives spread over one request lifetime.
-
-    A benchmark that has run for a while has its ``c`` requests at uniformly spread
-    stages; starting them all at t=0 instead keeps fixed-length requests in lockstep for
-    the whole replay (every wave prefills together). Request ``i < c`` arrives at
-    ``i * lifetime / c``; each completion releases the next request at once.
-    """
-
-    def __init__(self, isl: int, osl: int, concurrency: int, total: int, gap_ms: float) -> None:
-        self.src = SyntheticSource(input_tokens=isl, output_tokens=osl)
-        self.concurrency = concurrency
-        self.total = total
-        self.gap = gap_ms
-        self.next_id = 0
-
-    @property
-    def max_time_ms(self) -> float | None:
-        return None
-
-    def _spec(self, arrival: float):  # type: ignore[no-untyped-def]
-        from servesim.workloads.synthetic import SyntheticRequest
-
-        spec = SyntheticRequest(self.src, self.next_id).first_turn(arrival)
-        self.next_id += 1
-        return spec
-
-    def start(self):  # type: ignore[no-untyped-def]
-        self.next_id = 0
-        for i in range(min(self.concurrency, self.total)):
-            yield self._spec(i * self.gap)
-
-    def on_terminal(self, request, time_ms):  # type: ignore[no-untyped-def]
-        if self.next_id >= self.total:
-            return []
-        return [self._spec(time_ms)]
-
-
-def replay_staggered(s: Setup, constants: AnalyticalConstants) -> Result:
-    """Replay one row through the engine, first wave staggered (see StaggeredClosedLoop)."""
-    timer = AnalyticalTimer(s.geometry, constants)
-    _, step = steady_state(s, timer)
-    lifetime = timer.prefill_ms(1, s.row.isl, 0) + s.row.osl * step
-    records: list[RequestRecord] = []
-    wl = StaggeredClosedLoop(s.row.isl, s.row.osl, s.row.concurrency, s.requests,
-                             lifetime / s.row.concurrency)
-    AggregatedReplay(s.role, timer, wl, records.append, None).run()
-    c = s.row.concurrency
-    if s.requests >= 2 * c:
-        # Second wave only: its requests live entirely in a full loop (the first wave ramps
-        # up, the last one drains), which is what a steady-state benchmark measures.
-        records = [r for r in records if c <= r.request_id < 2 * c]
-    return summarize(records)

@@ -2,21 +2,26 @@
 
     .venv/bin/python bench/fit_timing.py            # fit and rewrite the shipped JSON
     .venv/bin/python bench/fit_timing.py --dry-run  # fit and print only
+    .venv/bin/python bench/fit_timing.py --report   # accuracy of the shipped constants
 
 Rows: the aggregated rows of bench/data/silicon_dev.csv that the catalog can describe
-(disaggregated rows are not used). Prediction per row: the closed-loop steady state of the
-analytical timer (``calib.steady_state``), which is O(1) per row, so the search can try
-thousands of constant sets; bench/accuracy.py checks the result through the engine.
+(disaggregated rows are not used). Prediction per row: exactly what bench/accuracy.py's
+replay gives (``calib.replay``: the benchmark's closed loop through the vLLM engine), but
+computed by re-pricing a recording of that replay (``calib.record``), so one constant set
+costs milliseconds per row instead of a replay. ``--fit-rows`` subsamples the fit rows
+(spread over the partitions) to keep a fit within minutes; ``--report`` uses every row.
 
 Split: the holdout fold of ``calib.holdout`` (one configuration in five, by a hash of the
-measured configuration) is left out of the fit; MAPE is reported on the fit rows, the
-holdout rows and all rows, overall and per backend, and the worst (GPU, backend, model)
+measured configuration) is never fitted; MAPE is reported on the fit rows, the holdout
+rows and all rows, overall and per backend, and the worst (GPU, backend, model)
 partitions are listed.
 
-Loss: mean |log(predicted / measured)| of TPOT plus ``--ttft-weight`` times the same for
-TTFT. Search: cyclic coordinate descent in log space over the fitted scalars (global
-efficiency scales, all-reduce latency, per-backend overheads), halving the step when no
-coordinate improves. Standard library only.
+Loss: robust (Huber, in log space) least squares of ``log(predicted / measured)`` of TPOT
+and, with weight ``--ttft-weight``, of TTFT; each row weighs ``1 / sqrt(rows of its (GPU,
+backend, model) partition)`` so that no partition dominates. Search: Levenberg-Marquardt
+over the logarithms of the fitted scalars (global efficiency scales, all-reduce latency,
+per-expert cost, per-backend overheads) with a finite-difference Jacobian, projected onto
+the bounds in ``BOUNDS``. Standard library only.
 """
 
 from __future__ import annotations
@@ -25,7 +30,9 @@ import argparse
 import datetime
 import json
 import math
+import pickle
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -41,15 +48,20 @@ from servesim.timing.analytical import (
 
 OUT = (Path(__file__).resolve().parent.parent / "src" / "servesim" / "timing" / "data"
        / CONSTANTS_RESOURCE)
-GLOBAL = ("gemm_scale", "moe_scale", "mem_scale", "attn_scale", "kv_scale", "allreduce_us")
-PER_BACKEND = ("step_ms", "layer_us", "decode_req_us", "prefill_req_ms", "prefill_layer_us")
+GLOBAL = ("gemm_scale", "moe_scale", "mem_scale", "attn_scale", "kv_scale", "allreduce_us",
+          "expert_us")
+PER_BACKEND = ("step_ms", "layer_us", "decode_req_us", "prefill_req_ms", "prefill_layer_us",
+               "request_ms", "request_us_per_token")
 BACKENDS = ("vllm", "sglang", "trtllm")
 BOUNDS = {
-    "gemm_scale": (0.3, 1.25), "moe_scale": (0.1, 1.6), "mem_scale": (0.4, 1.15),
+    "gemm_scale": (0.3, 1.2), "moe_scale": (0.05, 1.2), "mem_scale": (0.4, 1.15),
     "attn_scale": (0.2, 1.3), "kv_scale": (0.3, 1.5), "allreduce_us": (2.0, 60.0),
-    "step_ms": (0.05, 20.0), "layer_us": (1.0, 200.0), "decode_req_us": (0.1, 200.0),
-    "prefill_req_ms": (0.05, 500.0), "prefill_layer_us": (1.0, 5000.0),
+    "expert_us": (0.01, 20.0),
+    "step_ms": (0.01, 20.0), "layer_us": (0.5, 200.0), "decode_req_us": (0.01, 200.0),
+    "prefill_req_ms": (0.001, 200.0), "prefill_layer_us": (0.1, 2000.0),
+    "request_ms": (0.1, 1000.0), "request_us_per_token": (0.001, 200.0),
 }
+HUBER = 0.4  # log-error beyond which a residual counts linearly (outlier rows)
 
 
 def _get(c: AnalyticalConstants, key: str) -> float:
@@ -63,16 +75,24 @@ def _mape(errors: list[float]) -> float:
     return 100.0 * sum(abs(e) for e in errors) / len(errors) if errors else float("nan")
 
 
-def report(c: AnalyticalConstants, setups: list[calib.Setup], worst: int = 12) -> None:
-    """TTFT / TPOT MAPE of the steady-state prediction on fit, holdout and all rows."""
+Item = tuple[calib.Setup, calib.Recording]
+
+
+def predict(c: AnalyticalConstants, item: Item) -> tuple[float, float]:
+    s, rec = item
+    return rec.evaluate(AnalyticalTimer(s.geometry, c))
+
+
+def report(c: AnalyticalConstants, items: list[Item], worst: int = 12) -> None:
+    """TTFT / TPOT MAPE of the replay prediction on fit, holdout and all rows."""
     errs: dict[tuple[str, ...], list[tuple[float, float]]] = {}
-    for s in setups:
-        ttft, tpot = calib.steady_state(s, AnalyticalTimer(s.geometry, c))
-        e = (ttft / s.row.ttft_ms - 1, tpot / s.row.tpot_ms - 1)
-        fold = "holdout" if calib.holdout(s.row) else "fit"
-        r = s.row
+    for item in items:
+        ttft, tpot = predict(c, item)
+        r = item[0].row
+        e = (ttft / r.ttft_ms - 1, tpot / r.tpot_ms - 1)
+        fold = "holdout" if calib.holdout(r) else "fit"
         for key in ((fold,), ("all",), (fold, r.backend), ("all", r.backend),
-                    ("part", r.system, r.backend, r.model)):
+                    ("all", r.system), ("part", r.system, r.backend, r.model)):
             errs.setdefault(key, []).append(e)
     print(f"\n{'rows':40} {'n':>5} {'TTFT MAPE%':>11} {'TPOT MAPE%':>11}")
     for key in sorted((k for k in errs if k[0] != "part"), key=lambda k: (len(k), k)):
@@ -89,70 +109,182 @@ def report(c: AnalyticalConstants, setups: list[calib.Setup], worst: int = 12) -
               f"{_mape([e[1] for e in v]):11.1f}")
 
 
+def load_items(rows: list[calib.Row], cache: Path | None) -> list[Item]:
+    """Setups and recordings of ``rows`` (recordings do not depend on the constants, so
+    they can be cached between runs)."""
+    cached: dict[str, tuple[calib.Setup, calib.Recording]] = {}
+    if cache is not None and cache.exists():
+        with cache.open("rb") as f:
+            cached = pickle.load(f)
+    items: list[Item] = []
+    started = time.perf_counter()
+    for row, s in calib.iter_setups(rows, max_tokens=calib.MAX_TOKENS):
+        if isinstance(s, str):
+            continue
+        hit = cached.get(row.id)
+        if hit is not None:
+            hit = (hit[0], calib.compact(hit[1]))
+        else:
+            try:
+                hit = (s, calib.record(s))
+            except calib.Unsupported:
+                continue
+            cached[row.id] = hit
+        items.append(hit)
+    if cache is not None:
+        with cache.open("wb") as f:
+            pickle.dump(cached, f)
+    print(f"{len(items)} recordings ({time.perf_counter() - started:.0f} s)")
+    return items
+
+
+def _solve(a: list[list[float]], b: list[float]) -> list[float]:
+    """Gaussian elimination with partial pivoting (small dense systems)."""
+    n = len(b)
+    m = [[*row, b[i]] for i, row in enumerate(a)]
+    for col in range(n):
+        piv = max(range(col, n), key=lambda r: abs(m[r][col]))
+        m[col], m[piv] = m[piv], m[col]
+        p = m[col][col]
+        if abs(p) < 1e-300:
+            continue
+        for r in range(col + 1, n):
+            f = m[r][col] / p
+            if f:
+                for k in range(col, n + 1):
+                    m[r][k] -= f * m[col][k]
+    x = [0.0] * n
+    for r in range(n - 1, -1, -1):
+        p = m[r][r]
+        acc = m[r][n] - sum(m[r][k] * x[k] for k in range(r + 1, n))
+        x[r] = acc / p if abs(p) > 1e-300 else 0.0
+    return x
+
+
+def fit(base: AnalyticalConstants, items: list[Item], keys: list[str], ttft_weight: float,
+        iterations: int) -> AnalyticalConstants:
+    parts: dict[tuple[str, str, str], int] = {}
+    for s, _ in items:
+        parts[(s.row.system, s.row.backend, s.row.model)] = parts.get(
+            (s.row.system, s.row.backend, s.row.model), 0) + 1
+    row_w = [1.0 / math.sqrt(parts[(s.row.system, s.row.backend, s.row.model)])
+             for s, _ in items]
+    tw = math.sqrt(ttft_weight)
+    bounds = [tuple(math.log(v) for v in BOUNDS[k.split(".")[-1]]) for k in keys]
+
+    def clamp(x: list[float]) -> list[float]:
+        return [min(hi, max(lo, v)) for v, (lo, hi) in zip(x, bounds, strict=True)]
+
+    def consts(x: list[float]) -> AnalyticalConstants:
+        return base.with_values(**{k: math.exp(v) for k, v in zip(keys, x, strict=True)})
+
+    def residuals(x: list[float]) -> list[float]:
+        c = consts(x)
+        out: list[float] = []
+        for item in items:
+            ttft, tpot = predict(c, item)
+            r = item[0].row
+            out.append(math.log(max(tpot, 1e-9) / r.tpot_ms))
+            out.append(tw * math.log(max(ttft, 1e-9) / r.ttft_ms))
+        return out
+
+    def weights(res: list[float]) -> list[float]:
+        # Huber IRLS weights times the row weights
+        w = []
+        for i, r in enumerate(res):
+            h = 1.0 if abs(r) <= HUBER else HUBER / abs(r)
+            w.append(h * row_w[i // 2])
+        return w
+
+    def loss(res: list[float], w: list[float]) -> float:
+        return sum(wi * ri * ri for wi, ri in zip(w, res, strict=True))
+
+    x = clamp([math.log(max(_get(base, k), 1e-9)) for k in keys])
+    res = residuals(x)
+    lam = 1e-2
+    step = 0.03
+    for it in range(iterations):
+        w = weights(res)
+        cur = loss(res, w)
+        started = time.perf_counter()
+        jac: list[list[float]] = []  # columns
+        for j in range(len(x)):
+            xj = x[:]
+            _lo, hi = bounds[j]
+            h = step if xj[j] + step <= hi else -step
+            xj[j] += h
+            rj = residuals(xj)
+            jac.append([(a - b) / h for a, b in zip(rj, res, strict=True)])
+        n = len(x)
+        jtj = [[sum(w[i] * jac[a][i] * jac[b][i] for i in range(len(res))) for b in range(n)]
+               for a in range(n)]
+        jtr = [sum(w[i] * jac[a][i] * res[i] for i in range(len(res))) for a in range(n)]
+        # active set: a parameter at a bound that the gradient pushes outwards stays put
+        free = [j for j in range(n)
+                if not ((x[j] >= bounds[j][1] - 1e-12 and jtr[j] < 0)
+                        or (x[j] <= bounds[j][0] + 1e-12 and jtr[j] > 0))]
+        improved = False
+        for _ in range(10):
+            a = [[jtj[r][k] + (lam * max(jtj[r][r], 1e-9) if r == k else 0.0)
+                  for k in free] for r in free]
+            sol = _solve(a, [-jtr[r] for r in free])
+            delta = [0.0] * n
+            for j, d in zip(free, sol, strict=True):
+                delta[j] = d
+            cand = clamp([v + d for v, d in zip(x, delta, strict=True)])
+            cres = residuals(cand)
+            if loss(cres, w) < cur:
+                x, res = cand, cres
+                lam = max(lam / 3, 1e-6)
+                improved = True
+                break
+            lam *= 4
+        print(f"iteration {it}: loss {loss(res, weights(res)):.4f} (was {cur:.4f}), "
+              f"lambda {lam:.2g}, {time.perf_counter() - started:.0f} s", flush=True)
+        if not improved:
+            break
+    return consts(x)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dry-run", action="store_true", help="do not rewrite the JSON")
-    ap.add_argument("--ttft-weight", type=float, default=0.2)
-    ap.add_argument("--rounds", type=int, default=12)
+    ap.add_argument("--ttft-weight", type=float, default=0.5)
+    ap.add_argument("--iterations", type=int, default=12)
+    ap.add_argument("--fit-rows", type=int, default=700,
+                    help="subsample of the fit rows, spread over partitions (0: all)")
+    ap.add_argument("--cache", type=Path, default=None,
+                    help="pickle file caching the recordings between runs")
     ap.add_argument("--report", action="store_true",
-                    help="only report the shipped constants' accuracy (no fit)")
+                    help="only report the shipped constants' accuracy on every row (no fit)")
     args = ap.parse_args()
 
     rows = [r for r in calib.load_rows() if r.mode == "agg"]
-    all_setups = [s for _, s in calib.iter_setups(rows, max_tokens=10**15)
-                  if not isinstance(s, str)]
-    setups = [s for s in all_setups if not calib.holdout(s.row)]
-    print(f"fitting on {len(setups)} of {len(all_setups)} simulable aggregated rows "
-          f"({len(rows)} in the file); holdout {len(all_setups) - len(setups)}")
     base = load_constants()
-    keys = [*GLOBAL, *(f"{b}.{f}" for b in BACKENDS for f in PER_BACKEND)]
-
-    def loss(c: AnalyticalConstants) -> float:
-        total = 0.0
-        for s in setups:
-            ttft, tpot = calib.steady_state(s, AnalyticalTimer(s.geometry, c))
-            total += abs(math.log(tpot / s.row.tpot_ms))
-            total += args.ttft_weight * abs(math.log(ttft / s.row.ttft_ms))
-        return total / len(setups)
-
     if args.report:
-        report(base, all_setups)
+        report(base, load_items(rows, args.cache))
         return 0
-    best = base
-    best_loss = loss(best)
-    print(f"start loss {best_loss:.4f}")
-    step = 0.4
-    for rnd in range(args.rounds):
-        improved = False
-        for key in keys:
-            lo, hi = BOUNDS[key.split(".")[-1]]
-            for direction in (1.0, -1.0):
-                value = _get(best, key) * math.exp(direction * step)
-                value = min(hi, max(lo, value))
-                cand = best.with_values(**{key: value})
-                cand_loss = loss(cand)
-                if cand_loss < best_loss - 1e-6:
-                    best, best_loss, improved = cand, cand_loss, True
-                    break
-        print(f"round {rnd}: step {step:.3f} loss {best_loss:.4f}")
-        if not improved:
-            step /= 2
-            if step < 0.01:
-                break
-
-    report(best, all_setups)
-    at_bound = [k for k in keys if _get(best, k) in BOUNDS[k.split(".")[-1]]]
+    fit_rows = calib.sample([r for r in rows if not calib.holdout(r)], args.fit_rows or None)
+    items = load_items(fit_rows, args.cache)
+    print(f"fitting on {len(items)} rows ({len(rows)} aggregated rows in the file, "
+          f"holdout fold excluded)")
+    keys = [*GLOBAL, *(f"{b}.{f}" for b in BACKENDS for f in PER_BACKEND)]
+    best = fit(base, items, keys, args.ttft_weight, args.iterations)
+    report(best, items)
+    at_bound = [k for k in keys if any(math.isclose(_get(best, k), v, rel_tol=1e-6)
+                                       for v in BOUNDS[k.split(".")[-1]])]
     if at_bound:
         print("at a bound: " + ", ".join(f"{k}={_get(best, k):g}" for k in at_bound))
     data = best.to_json()
     data["provenance"] = {
         "fitted_by": "bench/fit_timing.py",
-        "rows": "aggregated rows of bench/data/silicon_dev.csv that the catalog can describe, "
-                f"minus the calib.holdout fold ({len(setups)} fitted, "
-                f"{len(all_setups) - len(setups)} held out, {len(rows)} in the file)",
-        "prediction": "closed-loop steady state of the analytical timer (calib.steady_state)",
-        "loss": f"mean |log TPOT ratio| + {args.ttft_weight} x mean |log TTFT ratio| = "
-                f"{best_loss:.4f}",
+        "rows": f"{len(items)} aggregated rows of bench/data/silicon_dev.csv (a subsample "
+                "spread over the (GPU, backend, model) partitions, calib.holdout fold "
+                "excluded)",
+        "prediction": "the benchmark's closed loop replayed through the vLLM engine "
+                      "(calib.replay, re-priced from calib.record)",
+        "loss": f"Huber (log space, {HUBER}) least squares of log TPOT ratio + "
+                f"{args.ttft_weight} x log TTFT ratio, rows weighted 1/sqrt(partition size)",
         "date": datetime.date.today().isoformat(),
     }
     text = json.dumps(data, indent=2) + "\n"
@@ -160,7 +292,7 @@ def main() -> int:
         print(text)
     else:
         OUT.write_text(text, encoding="utf-8")
-        print(f"wrote {OUT.relative_to(Path.cwd()) if OUT.is_relative_to(Path.cwd()) else OUT}")
+        print(f"wrote {OUT.name}")
     return 0
 
 

@@ -150,3 +150,53 @@ def test_constants_carry_provenance() -> None:
     c = load_constants()
     assert c.provenance
     assert {"vllm", "sglang", "trtllm"} <= set(c.backends)
+
+
+def test_constants_round_trip_through_json() -> None:
+    c = load_constants()
+    again = type(c).from_json(c.to_json())
+    assert again == c
+    assert again.expert_us == c.expert_us
+    assert again.backends["sglang"].request_ms == c.backends["sglang"].request_ms
+
+
+def test_request_latency_is_outside_the_passes() -> None:
+    base = load_constants()
+    slow = base.with_values(**{"vllm.request_ms": 500.0, "vllm.request_us_per_token": 100.0})
+    geo = build_geometry(load_model("Qwen/Qwen3-32B"), load_gpu("h100_sxm"), backend="vllm")
+    fast_t, slow_t = AnalyticalTimer(geo, base), AnalyticalTimer(geo, slow)
+    # the front end adds to a request's latency, never to a pass
+    assert slow_t.prefill_ms(4, 1024, 0) == fast_t.prefill_ms(4, 1024, 0)
+    assert slow_t.decode_ms(8, 8192, 1024, 0) == fast_t.decode_ms(8, 8192, 1024, 0)
+    assert slow_t.request_ms(1024) > fast_t.request_ms(1024)
+    # tokenising a longer prompt takes longer
+    assert slow_t.request_ms(8192) > slow_t.request_ms(1024) >= 500.0
+    assert fast_t.request_ms(0) >= 0.0
+
+
+def test_each_touched_expert_costs_time() -> None:
+    base = load_constants()
+    geo = build_geometry(load_model("Qwen/Qwen3-30B-A3B"), load_gpu("h100_sxm"))
+    cheap = AnalyticalTimer(geo, base.with_values(expert_us=0.01))
+    dear = AnalyticalTimer(geo, base.with_values(expert_us=10.0))
+    # one token touches topk experts per layer, 64 tokens many more: the fixed cost grows
+    extra_one = dear._moe_s(1) - cheap._moe_s(1)
+    extra_many = dear._moe_s(64) - cheap._moe_s(64)
+    assert 0 < extra_one < extra_many
+    # a dense model has no experts to pay for
+    dense = build_geometry(load_model("Qwen/Qwen3-32B"), load_gpu("h100_sxm"))
+    assert AnalyticalTimer(dense, base.with_values(expert_us=10.0)).decode_ms(
+        8, 8192, 1024, 0) == AnalyticalTimer(dense, base).decode_ms(8, 8192, 1024, 0)
+
+
+def test_gpus_not_fitted_follow_their_datasheets() -> None:
+    # Same formulas and constants everywhere: only the hardware facts change. Decode of a
+    # dense model is bandwidth-bound (H200 > H100 > A100), prefill compute-bound.
+    def timer(gpu: str) -> AnalyticalTimer:
+        return _timer("Qwen/Qwen3-32B", gpu, tensor=2, gemm_quant="bf16")
+
+    decode = {g: timer(g).decode_ms(8, 8 * 2048, 2048, 0)
+              for g in ("a100_sxm", "h100_sxm", "h200_sxm", "b200_sxm")}
+    assert decode["b200_sxm"] < decode["h200_sxm"] < decode["h100_sxm"] < decode["a100_sxm"]
+    prefill = {g: timer(g).prefill_ms(4, 4096, 0) for g in ("a100_sxm", "h100_sxm", "b200_sxm")}
+    assert prefill["b200_sxm"] < prefill["h100_sxm"] < prefill["a100_sxm"]

@@ -18,7 +18,13 @@ plus communication and fixed overheads:
 - **Communication**: two all-reduces per layer under tensor parallelism, dispatch/combine
   all-to-all under expert parallelism, one point-to-point hop per pipeline boundary.
 - **Overheads**: per pass, per layer, per decoding request and per prefilling request;
-  these are backend (software-stack) constants.
+  these are backend (software-stack) constants. Each routed expert a layer touches also
+  costs a fixed time (a grouped-GEMM tile per expert, whatever its few tokens).
+- **Request latency outside the GPU** (:meth:`AnalyticalTimer.request_ms`): the serving
+  front end's HTTP handling, tokenisation and detokenisation, per request and per prompt
+  token. It adds to a request's time to first token but does not occupy the GPU, so it is
+  not part of any pass price. (The calibration replays in ``bench/`` add it to TTFT; the
+  engines do not apply it yet.)
 
 Efficiencies ``u_c``/``u_m`` are interpolated curves of the operator size (tokens per GEMM,
 bytes per layer, prompt length), shaped from published measurements and scaled by a few
@@ -148,6 +154,9 @@ class BackendOverheads:
     decode_req_us: float  # per decoding request per pass: sampling, detokenisation, bookkeeping
     prefill_req_ms: float  # per prefilling request per pass: input preparation, metadata
     prefill_layer_us: float  # per layer, extra in a pass that carries prompt tokens
+    # front end, outside the passes (see AnalyticalTimer.request_ms)
+    request_ms: float = 0.0  # per request: HTTP, scheduling hand-off, first-token return
+    request_us_per_token: float = 0.0  # per prompt token: tokenisation
 
 
 @attrs.frozen
@@ -172,6 +181,7 @@ class AnalyticalConstants:
     kv_scale: float
     allreduce_us: float
     backends: Mapping[str, BackendOverheads]
+    expert_us: float = 0.0  # per touched routed expert per MoE layer
     provenance: Mapping[str, Any] = attrs.field(factory=dict, eq=False)
 
     def overheads(self, backend: str) -> BackendOverheads:
@@ -215,6 +225,7 @@ class AnalyticalConstants:
                 "attn_scale": self.attn_scale,
                 "kv_scale": self.kv_scale,
                 "allreduce_us": self.allreduce_us,
+                "expert_us": self.expert_us,
                 "backends": {k: attrs.asdict(v) for k, v in self.backends.items()},
             },
         }
@@ -240,6 +251,7 @@ class AnalyticalConstants:
             attn_scale=float(fitted["attn_scale"]),
             kv_scale=float(fitted["kv_scale"]),
             allreduce_us=float(fitted["allreduce_us"]),
+            expert_us=float(fitted.get("expert_us", 0.0)),
             backends={
                 str(k): BackendOverheads(**{f: float(x) for f, x in v.items()})
                 for k, v in fitted["backends"].items()
@@ -553,6 +565,7 @@ class AnalyticalTimer:
         "_classes",
         "_curve_b1",
         "_curve_b16",
+        "_expert_s",
         "_gemm_c",
         "_geo",
         "_lin_c",
@@ -579,6 +592,7 @@ class AnalyticalTimer:
         self._attn_c = c.decode_attn_compute
         self._lin_c = c.linear_compute
         self._ar_s = c.allreduce_us * 1e-6
+        self._expert_s = c.expert_us * 1e-6
         try:
             self._over = c.overheads(g.backend)
         except KeyError:
@@ -621,7 +635,7 @@ class AnalyticalTimer:
         per_expert = pairs / g.experts
         flops = 2.0 * pairs / g.moe_expert * g.expert_elems
         compute = flops / (g.moe_peak * self._moe_c(max(per_expert, 1.0)))
-        return max(compute, self._mem_s(touched * g.expert_bytes))
+        return max(compute, self._mem_s(touched * g.expert_bytes)) + touched * self._expert_s
 
     def _lm_head_s(self, tokens: float) -> float:
         g = self._geo
@@ -666,6 +680,13 @@ class AnalyticalTimer:
         return full, sliding, linear
 
     # -- the protocol -------------------------------------------------------------------
+
+    def request_ms(self, input_tokens: float) -> float:
+        """Latency a request spends in the serving front end rather than in GPU passes
+        (HTTP handling, tokenising ``input_tokens`` prompt tokens, returning the first
+        token). It adds to the time to first token and does not occupy the GPU."""
+        o = self._over
+        return o.request_ms + o.request_us_per_token * 1e-3 * max(input_tokens, 0.0)
 
     def prefill_ms(self, batch: int, mean_isl: float, mean_prefix: float) -> float:
         new = mean_isl - mean_prefix
