@@ -9,7 +9,8 @@ Rows: the aggregated rows of bench/data/silicon_dev.csv that the catalog can des
 replay gives (``calib.replay``: the benchmark's closed loop through the vLLM engine), but
 computed by re-pricing a recording of that replay (``calib.record``), so one constant set
 costs milliseconds per row instead of a replay. ``--fit-rows`` subsamples the fit rows
-(spread over the partitions) to keep a fit within minutes; ``--report`` uses every row.
+(spread over the partitions) to keep a fit within minutes; ``--report`` samples as many
+rows from both folds.
 
 Split: the holdout fold of ``calib.holdout`` (one configuration in five, by a hash of the
 measured configuration) is never fitted; MAPE is reported on the fit rows, the holdout
@@ -51,7 +52,7 @@ OUT = (Path(__file__).resolve().parent.parent / "src" / "servesim" / "timing" / 
 GLOBAL = ("gemm_scale", "moe_scale", "mem_scale", "attn_scale", "kv_scale", "allreduce_us",
           "expert_us")
 PER_BACKEND = ("step_ms", "layer_us", "decode_req_us", "prefill_req_ms", "prefill_layer_us",
-               "request_ms", "request_us_per_token")
+               "request_ms", "request_us_per_token", "request_layer_us")
 BACKENDS = ("vllm", "sglang", "trtllm")
 BOUNDS = {
     "gemm_scale": (0.3, 1.2), "moe_scale": (0.05, 1.2), "mem_scale": (0.4, 1.15),
@@ -60,6 +61,7 @@ BOUNDS = {
     "step_ms": (0.01, 20.0), "layer_us": (0.5, 200.0), "decode_req_us": (0.01, 200.0),
     "prefill_req_ms": (0.001, 200.0), "prefill_layer_us": (0.1, 2000.0),
     "request_ms": (0.1, 1000.0), "request_us_per_token": (0.001, 200.0),
+    "request_layer_us": (0.01, 5000.0),
 }
 HUBER = 0.4  # log-error beyond which a residual counts linearly (outlier rows)
 
@@ -256,13 +258,14 @@ def main() -> int:
     ap.add_argument("--cache", type=Path, default=None,
                     help="pickle file caching the recordings between runs")
     ap.add_argument("--report", action="store_true",
-                    help="only report the shipped constants' accuracy on every row (no fit)")
+                    help="only report the shipped constants' accuracy (no fit) on a sample "
+                         "of --fit-rows rows of both folds")
     args = ap.parse_args()
 
     rows = [r for r in calib.load_rows() if r.mode == "agg"]
     base = load_constants()
     if args.report:
-        report(base, load_items(rows, args.cache))
+        report(base, load_items(calib.sample(rows, args.fit_rows or None), args.cache))
         return 0
     fit_rows = calib.sample([r for r in rows if not calib.holdout(r)], args.fit_rows or None)
     items = load_items(fit_rows, args.cache)

@@ -200,3 +200,13 @@ def test_gpus_not_fitted_follow_their_datasheets() -> None:
     assert decode["b200_sxm"] < decode["h200_sxm"] < decode["h100_sxm"] < decode["a100_sxm"]
     prefill = {g: timer(g).prefill_ms(4, 4096, 0) for g in ("a100_sxm", "h100_sxm", "b200_sxm")}
     assert prefill["b200_sxm"] < prefill["h100_sxm"] < prefill["a100_sxm"]
+
+
+def test_request_latency_grows_with_the_layers_to_set_up() -> None:
+    c = load_constants().with_values(**{"vllm.request_layer_us": 500.0})
+    shallow = AnalyticalTimer(build_geometry(load_model("Qwen/Qwen3-32B"),
+                                             load_gpu("h100_sxm"), backend="vllm"), c)
+    deep = AnalyticalTimer(build_geometry(load_model("meta-llama/Meta-Llama-3.1-70B"),
+                                          load_gpu("h100_sxm"), backend="vllm"), c)
+    assert deep.geometry.num_layers > shallow.geometry.num_layers
+    assert deep.request_ms(1024) > shallow.request_ms(1024)

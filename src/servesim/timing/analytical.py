@@ -21,10 +21,11 @@ plus communication and fixed overheads:
   these are backend (software-stack) constants. Each routed expert a layer touches also
   costs a fixed time (a grouped-GEMM tile per expert, whatever its few tokens).
 - **Request latency outside the GPU** (:meth:`AnalyticalTimer.request_ms`): the serving
-  front end's HTTP handling, tokenisation and detokenisation, per request and per prompt
-  token. It adds to a request's time to first token but does not occupy the GPU, so it is
-  not part of any pass price. (The calibration replays in ``bench/`` add it to TTFT; the
-  engines do not apply it yet.)
+  front end's HTTP handling, tokenisation and detokenisation, per request, per prompt
+  token and per layer (the CPU set-up of a new request's prefill, which scales with the
+  layers to dispatch). It adds to a request's time to first token but does not occupy
+  the GPU, so it is not part of any pass price. (The calibration replays in ``bench/``
+  add it to TTFT; the engines do not apply it yet.)
 
 Efficiencies ``u_c``/``u_m`` are interpolated curves of the operator size (tokens per GEMM,
 bytes per layer, prompt length), shaped from published measurements and scaled by a few
@@ -157,6 +158,7 @@ class BackendOverheads:
     # front end, outside the passes (see AnalyticalTimer.request_ms)
     request_ms: float = 0.0  # per request: HTTP, scheduling hand-off, first-token return
     request_us_per_token: float = 0.0  # per prompt token: tokenisation
+    request_layer_us: float = 0.0  # per layer: CPU set-up of a new request's prefill
 
 
 @attrs.frozen
@@ -686,7 +688,8 @@ class AnalyticalTimer:
         (HTTP handling, tokenising ``input_tokens`` prompt tokens, returning the first
         token). It adds to the time to first token and does not occupy the GPU."""
         o = self._over
-        return o.request_ms + o.request_us_per_token * 1e-3 * max(input_tokens, 0.0)
+        return (o.request_ms + o.request_us_per_token * 1e-3 * max(input_tokens, 0.0)
+                + o.request_layer_us * 1e-3 * self._geo.num_layers)
 
     def prefill_ms(self, batch: int, mean_isl: float, mean_prefix: float) -> float:
         new = mean_isl - mean_prefix
