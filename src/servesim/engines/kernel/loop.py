@@ -286,40 +286,35 @@ class ReplayLoop(Generic[W]):
         cutoff = self.workload.max_time_ms
         if cutoff is None:
             cutoff = float("inf")
-        ends = array("d")
-        t = self.now
         if len(plans) == 1:
             rank, n, active = plans[0]
             decode_ms, total = rank.timer.decode_ms, rank.total_kv_tokens
-            for j in range(steps):
+
+            def price(j: int) -> float:  # prefill half (none) + decode half
                 a = active + n * j
-                duration = 0.0 + decode_ms(n, a, a // n, total)  # prefill half + decode half
-                if duration <= 0.0:
-                    break
-                end = t + duration
-                if end > cutoff:
-                    break
-                ends.append(end)
-                t = end
-                if end >= horizon:
-                    break  # the pass in flight when the worker is touched
+                return 0.0 + decode_ms(n, a, a // n, total)
         else:
-            for j in range(steps):
+            def price(j: int) -> float:  # the slowest rank
                 duration = 0.0
                 for rank, n, active in plans:
                     a = active + n * j
                     d = 0.0 + rank.timer.decode_ms(n, a, a // n, rank.total_kv_tokens)
                     if d > duration:
                         duration = d
-                if duration <= 0.0:
-                    break
-                end = t + duration
-                if end > cutoff:
-                    break
-                ends.append(end)
-                t = end
-                if end >= horizon:
-                    break  # the pass in flight when the worker is touched
+                return duration
+        ends = array("d")
+        t = self.now
+        for j in range(steps):
+            duration = price(j)
+            if duration <= 0.0:
+                break
+            end = t + duration
+            if end > cutoff:
+                break
+            ends.append(end)
+            t = end
+            if end >= horizon:
+                break  # the pass in flight when the worker is touched
         k = len(ends)
         for rank, _, _ in plans:
             if k:
