@@ -10,8 +10,9 @@ import pytest
 
 from servesim.engines.kernel.requests import RequestRecord, RequestSpec
 from servesim.engines.kernel.tokens import Prompt, Segment, make_prompt, prompt_length
-from servesim.engines.vllm import AggregatedReplay, ReplayStats
+from servesim.engines.vllm import AggregatedReplay, RankScheduler, ReplayStats, SeqState
 from servesim.payload import RoleArgs, TimingArgs
+from servesim.timing import make_timer
 
 P_MS = 10.0
 D_MS = 1.0
@@ -84,6 +85,22 @@ class Sim:
         )
 
     @staticmethod
+    def rank(role: RoleArgs | None = None, **kw: Any) -> RankScheduler:
+        """A lone rank scheduler of ``role`` (default: ``Sim.role(**kw)``)."""
+        role = role if role is not None else Sim.role(**kw)
+        return RankScheduler(role, make_timer(role))
+
+    @staticmethod
+    def submit(rank: RankScheduler, spec: RequestSpec) -> SeqState:
+        """Queue ``spec`` on ``rank`` with a fresh record; its scheduler state."""
+        record = RequestRecord(request_id=spec.request_id, arrival_ms=spec.arrival_ms,
+                               input_length=spec.input_length,
+                               requested_output_length=spec.output_length, status="incomplete")
+        seq = rank.new_seq(spec, record)
+        rank.submit(seq)
+        return seq
+
+    @staticmethod
     def run(
         role: RoleArgs,
         specs: Sequence[RequestSpec] | ListWorkload,
@@ -96,8 +113,6 @@ class Sim:
         def sink(record: RequestRecord) -> None:
             assert record.request_id not in records, "a request reached the sink twice"
             records[record.request_id] = record
-
-        from servesim.timing import make_timer
 
         replay = AggregatedReplay(role, make_timer(role), workload, sink, None)
         stats = replay.run()

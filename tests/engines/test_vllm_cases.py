@@ -5,10 +5,6 @@ from __future__ import annotations
 from array import array
 from typing import Any
 
-from servesim.engines.kernel.requests import RequestRecord
-from servesim.engines.vllm import RankScheduler
-from servesim.timing import make_timer
-
 
 def test_case_26_identical_prompt_reuses_its_full_blocks_only(sim: Any) -> None:
     p = sim.prompt((1, 9))
@@ -35,23 +31,9 @@ def test_case_27_block_aligned_prompt_recomputes_its_last_block_unless_zero_outp
     assert records[2].terminal_ms == 200.0 and len(records[2].token_times) == 0
 
 
-def _rank(sim: Any, **kw: Any) -> RankScheduler:
-    role = sim.role(**kw)
-    return RankScheduler(role, make_timer(role))
-
-
-def _submit(rank: RankScheduler, spec: Any) -> Any:
-    rec = RequestRecord(request_id=spec.request_id, arrival_ms=spec.arrival_ms,
-                        input_length=spec.input_length,
-                        requested_output_length=spec.output_length, status="incomplete")
-    seq = rank.new_seq(spec, rec)
-    rank.submit(seq)
-    return seq
-
-
 def test_case_28_zero_output_request_completes_in_its_first_pass(sim: Any) -> None:
-    rank = _rank(sim)
-    seq = _submit(rank, sim.spec(0, 4, 0))
+    rank = sim.rank()
+    seq = sim.submit(rank, sim.spec(0, 4, 0))
     res = rank.execute_pass(0.0)
     assert res.finished == [seq] and res.emitted == []
     assert res.duration_ms == sim.P  # prefill only, nothing decodes
@@ -60,8 +42,8 @@ def test_case_28_zero_output_request_completes_in_its_first_pass(sim: Any) -> No
 
 
 def test_case_29_and_31_chunked_prefill_splits_the_prompt_over_two_passes(sim: Any) -> None:
-    rank = _rank(sim, max_batched_tokens=8)
-    seq = _submit(rank, sim.spec(0, 16, 1))
+    rank = sim.rank(max_batched_tokens=8)
+    seq = sim.submit(rank, sim.spec(0, 16, 1))
     first = rank.execute_pass(0.0)
     assert first.emitted == [] and seq.num_computed == 8
     assert first.duration_ms == sim.P
@@ -88,14 +70,14 @@ def test_case_32_lru_order_through_the_scheduler(sim: Any) -> None:
     # A (15 prompt tokens) and B (14 tokens sharing A's first 10) run and finish; a new
     # 36-token request then needs 9 of the 10 blocks: it takes the never-used and
     # anonymous slots first, then evicts the oldest releases, leaves before parents.
-    rank = _rank(sim, num_gpu_blocks=10)
-    a = _submit(rank, sim.spec(0, sim.prompt((1, 15)), 1))
-    b = _submit(rank, sim.spec(1, sim.prompt((1, 10), (2, 4)), 1))
+    rank = sim.rank(num_gpu_blocks=10)
+    a = sim.submit(rank, sim.spec(0, sim.prompt((1, 15)), 1))
+    b = sim.submit(rank, sim.spec(1, sim.prompt((1, 10), (2, 4)), 1))
     res = rank.execute_pass(0.0)
     assert b.record.first_admission_reused_tokens == 8
     assert set(res.finished) == {a, b}
     a_hashes, b_hashes = list(a.hashes), list(b.hashes)
-    c = _submit(rank, sim.spec(2, 36, 0))
+    c = sim.submit(rank, sim.spec(2, 36, 0))
     rank.execute_pass(20.0)
     assert c.status == 2  # finished
     cached = rank.pool.cached_identities()
@@ -107,16 +89,16 @@ def test_case_32_lru_order_through_the_scheduler(sim: Any) -> None:
 
 
 def test_case_33_evicting_a_leaf_keeps_its_parent(sim: Any) -> None:
-    rank = _rank(sim, num_gpu_blocks=2)
+    rank = sim.rank(num_gpu_blocks=2)
     x = sim.prompt((1, 8))
-    _submit(rank, sim.spec(0, x, 0))
+    sim.submit(rank, sim.spec(0, x, 0))
     rank.execute_pass(0.0)
-    _submit(rank, sim.spec(1, 4, 0))  # unrelated, one block
+    sim.submit(rank, sim.spec(1, 4, 0))  # unrelated, one block
     rank.execute_pass(10.0)
-    parent = _submit(rank, sim.spec(2, sim.prompt((1, 4), (3, 4)), 0))
+    parent = sim.submit(rank, sim.spec(2, sim.prompt((1, 4), (3, 4)), 0))
     rank.execute_pass(20.0)
     assert parent.record.first_admission_reused_tokens == 4
-    again = _submit(rank, sim.spec(3, x, 0))
+    again = sim.submit(rank, sim.spec(3, x, 0))
     rank.execute_pass(30.0)
     assert again.record.first_admission_reused_tokens == 4  # the leaf block was evicted
 

@@ -10,10 +10,7 @@ from typing import Any
 
 import pytest
 
-from servesim.engines.kernel.requests import RequestRecord
-from servesim.engines.vllm import RankScheduler, SeqState
 from servesim.payload import SpeculationArgs
-from servesim.timing import make_timer
 
 
 def ngram(*rates: float, seed: int = 42) -> SpeculationArgs:
@@ -26,20 +23,6 @@ def mtp(*rates: float, seed: int = 42) -> SpeculationArgs:
                            acceptance_rates=tuple(rates), seed=seed)
 
 
-def _rank(sim: Any, **kw: Any) -> RankScheduler:
-    role = sim.role(**kw)
-    return RankScheduler(role, make_timer(role))
-
-
-def _submit(rank: RankScheduler, spec: Any) -> SeqState:
-    rec = RequestRecord(request_id=spec.request_id, arrival_ms=spec.arrival_ms,
-                        input_length=spec.input_length,
-                        requested_output_length=spec.output_length, status="incomplete")
-    seq = rank.new_seq(spec, rec)
-    rank.submit(seq)
-    return seq
-
-
 def _bursts(times: Any) -> list[int]:
     """Token counts per distinct timestamp, in time order."""
     counts = Counter(times)
@@ -47,9 +30,9 @@ def _bursts(times: Any) -> list[int]:
 
 
 def test_case_37_zero_output_and_three_outputs_finish_in_one_pass(sim: Any) -> None:
-    rank = _rank(sim, speculation=mtp(1.0, 1.0))
-    zero = _submit(rank, sim.spec(0, 4, 0))
-    three = _submit(rank, sim.spec(1, 4, 3))
+    rank = sim.rank(speculation=mtp(1.0, 1.0))
+    zero = sim.submit(rank, sim.spec(0, 4, 0))
+    three = sim.submit(rank, sim.spec(1, 4, 3))
     res = rank.execute_pass(0.0)
     assert set(res.finished) == {zero, three} and not rank.has_work
     assert res.emitted == [three, three, three]
@@ -60,9 +43,9 @@ def test_case_37_zero_output_and_three_outputs_finish_in_one_pass(sim: Any) -> N
 
 
 def test_case_38_speculative_reservation_preempts_in_the_prefill_pass(sim: Any) -> None:
-    rank = _rank(sim, speculation=mtp(1.0, 1.0), num_gpu_blocks=3)
-    first = _submit(rank, sim.spec(0, 4, 8))
-    second = _submit(rank, sim.spec(1, 4, 8))
+    rank = sim.rank(speculation=mtp(1.0, 1.0), num_gpu_blocks=3)
+    first = sim.submit(rank, sim.spec(0, 4, 8))
+    second = sim.submit(rank, sim.spec(1, 4, 8))
     res = rank.execute_pass(0.0)
     # each needs a second block for a 3-token burst; only one is free: LIFO retracts
     # the second request, which emits nothing in this pass
@@ -73,9 +56,9 @@ def test_case_38_speculative_reservation_preempts_in_the_prefill_pass(sim: Any) 
 
 
 def test_case_38_with_four_blocks_the_preemption_comes_a_pass_later(sim: Any) -> None:
-    rank = _rank(sim, speculation=mtp(1.0, 1.0), num_gpu_blocks=4)
-    first = _submit(rank, sim.spec(0, 4, 8))
-    second = _submit(rank, sim.spec(1, 4, 8))
+    rank = sim.rank(speculation=mtp(1.0, 1.0), num_gpu_blocks=4)
+    first = sim.submit(rank, sim.spec(0, 4, 8))
+    second = sim.submit(rank, sim.spec(1, 4, 8))
     res = rank.execute_pass(0.0)
     assert len(res.emitted) == 6 and second.record.num_preemptions == 0
     res = rank.execute_pass(res.duration_ms)

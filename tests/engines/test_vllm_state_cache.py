@@ -11,12 +11,10 @@ from typing import Any
 
 import pytest
 
-from servesim.engines.kernel.requests import RequestRecord
 from servesim.engines.kernel.tokens import Segment, make_prompt
 from servesim.engines.vllm import RankScheduler, SeqState
 from servesim.engines.vllm.scheduler import FINISHED, RUNNING, WAITING
 from servesim.payload import SpeculationArgs, StateCacheArgs
-from servesim.timing import make_timer
 
 
 def state(blocks: int = 1) -> StateCacheArgs:
@@ -26,19 +24,6 @@ def state(blocks: int = 1) -> StateCacheArgs:
 
 def hybrid(sim: Any, blocks: int = 1, **kw: Any) -> Any:
     return sim.role(state_cache=state(blocks), kv_bytes_per_token=1, **kw)
-
-
-def _rank(role: Any) -> RankScheduler:
-    return RankScheduler(role, make_timer(role))
-
-
-def _submit(rank: RankScheduler, spec: Any) -> SeqState:
-    rec = RequestRecord(request_id=spec.request_id, arrival_ms=spec.arrival_ms,
-                        input_length=spec.input_length,
-                        requested_output_length=spec.output_length, status="incomplete")
-    seq = rank.new_seq(spec, rec)
-    rank.submit(seq)
-    return seq
 
 
 def _drain(rank: RankScheduler, now: float = 0.0) -> float:
@@ -74,8 +59,8 @@ def test_a_repeat_of_a_17_token_prompt_resumes_at_the_16_token_checkpoint(
 
 
 def test_prefill_of_17_tokens_stops_at_16_then_computes_token_17(sim: Any) -> None:
-    rank = _rank(hybrid(sim))
-    seq = _submit(rank, sim.spec(0, sim.prompt((1, 17)), 3))
+    rank = sim.rank(hybrid(sim))
+    seq = sim.submit(rank, sim.spec(0, sim.prompt((1, 17)), 3))
     first = rank.execute_pass(0.0)
     assert seq.num_computed == 16 and first.emitted == []
     assert _snapshot(rank, seq, 16)  # published when the pass ends ...
@@ -104,8 +89,8 @@ def test_mtp_with_a_state_cache_drops_one_block_and_does_not_rewind_further(sim:
 
 
 def test_case_41_state_blocks_come_from_the_token_pool(sim: Any) -> None:
-    rank = _rank(hybrid(sim, blocks=2, block_size=64, num_gpu_blocks=8, prefix_caching=False))
-    a, b, c = (_submit(rank, sim.spec(i, 120, 3)) for i in range(3))
+    rank = sim.rank(hybrid(sim, blocks=2, block_size=64, num_gpu_blocks=8, prefix_caching=False))
+    a, b, c = (sim.submit(rank, sim.spec(i, 120, 3)) for i in range(3))
     now = rank.execute_pass(0.0).duration_ms
     assert a.status == b.status == RUNNING
     assert rank.pool.num_active == 8  # 2 token + 2 state blocks each
@@ -138,10 +123,10 @@ def _seed_pool(rank: RankScheduler, seq: SeqState, token_blocks: int,
 
 
 def test_case_42_joint_hit_is_the_largest_boundary_with_both(sim: Any) -> None:
-    rank = _rank(hybrid(sim, blocks=2))
-    seq = _submit(rank, sim.spec(0, 20, 1))
+    rank = sim.rank(hybrid(sim, blocks=2))
+    seq = sim.submit(rank, sim.spec(0, 20, 1))
     p = sim.prompt((5, 20))
-    seq = _submit(rank, sim.spec(1, p, 0))
+    seq = sim.submit(rank, sim.spec(1, p, 0))
     _seed_pool(rank, seq, 4, {8: 2, 20: 2})
     cached, reuse = rank._prefix_cost(seq, 20)
     assert cached == 8 and len(reuse) == 2
@@ -151,27 +136,27 @@ def test_case_42_joint_hit_is_the_largest_boundary_with_both(sim: Any) -> None:
 def test_case_43_token_hits_alone_or_a_partial_snapshot_are_no_hit(sim: Any) -> None:
     p = sim.prompt((5, 20))
     for snapshots, expected in (({}, 0), ({20: 1}, 0), ({20: 2}, 20)):
-        rank = _rank(hybrid(sim, blocks=2))
-        seq = _submit(rank, sim.spec(0, p, 0))  # zero output: no logits cap
+        rank = sim.rank(hybrid(sim, blocks=2))
+        seq = sim.submit(rank, sim.spec(0, p, 0))  # zero output: no logits cap
         _seed_pool(rank, seq, 5, snapshots)
         assert rank._prefix_cost(seq, 20)[0] == expected
 
 
 def test_case_44_states_are_never_fabricated_at_earlier_boundaries(sim: Any) -> None:
-    rank = _rank(hybrid(sim))
+    rank = sim.rank(hybrid(sim))
     p = sim.prompt((1, 12))
-    a = _submit(rank, sim.spec(0, p, 0))
+    a = sim.submit(rank, sim.spec(0, p, 0))
     rank.execute_pass(0.0)
     assert a.status == FINISHED
     assert _snapshot(rank, a, 12) and not _snapshot(rank, a, 8)
     assert not _snapshot(rank, a, 4)
-    needs_token = _submit(rank, sim.spec(1, p, 1))  # logits cap 11 -> boundary 8: no state
+    needs_token = sim.submit(rank, sim.spec(1, p, 1))  # logits cap 11 -> boundary 8: no state
     _drain(rank, 10.0)
     assert needs_token.record.reused_input_tokens == 0
-    fork = _submit(rank, sim.spec(2, sim.prompt((1, 8)), 0))
+    fork = sim.submit(rank, sim.spec(2, sim.prompt((1, 8)), 0))
     _drain(rank, 100.0)
     assert fork.record.reused_input_tokens == 0
-    again = _submit(rank, sim.spec(3, p, 0))
+    again = sim.submit(rank, sim.spec(3, p, 0))
     _drain(rank, 200.0)
     assert again.record.reused_input_tokens == 12
 
@@ -179,13 +164,13 @@ def test_case_44_states_are_never_fabricated_at_earlier_boundaries(sim: Any) -> 
 def test_case_45_a_checkpoint_is_restorable_from_the_next_pass(sim: Any) -> None:
     p = sim.prompt((1, 8))
     longer = sim.prompt((1, 8), (2, 4))
-    rank = _rank(hybrid(sim))
-    _submit(rank, sim.spec(0, p, 3))
-    same_pass = _submit(rank, sim.spec(1, longer, 1))
+    rank = sim.rank(hybrid(sim))
+    sim.submit(rank, sim.spec(0, p, 3))
+    same_pass = sim.submit(rank, sim.spec(1, longer, 1))
     now = rank.execute_pass(0.0).duration_ms
     # the token blocks were visible at once, the state at 8 was not
     assert same_pass.record.reused_input_tokens == 0
-    next_pass = _submit(rank, sim.spec(2, longer, 1))
+    next_pass = sim.submit(rank, sim.spec(2, longer, 1))
     rank.execute_pass(now)
     assert next_pass.record.reused_input_tokens == 8
 
@@ -200,9 +185,9 @@ def _case_46_prompts(shared: int) -> tuple[Any, Any]:
 
 
 def test_case_46_aligned_chunks_and_retained_snapshots(sim: Any) -> None:
-    rank = _rank(hybrid(sim, **CASE_46))
+    rank = sim.rank(hybrid(sim, **CASE_46))
     p1, _ = _case_46_prompts(24192)
-    seq = _submit(rank, sim.spec(0, p1, 2))
+    seq = sim.submit(rank, sim.spec(0, p1, 2))
     ends, now = [], 0.0
     while rank.has_work:
         now += rank.execute_pass(now).duration_ms
@@ -230,25 +215,25 @@ def test_case_46_aligned_replay(sim: Any, shared: int, reused: int) -> None:
 
 def test_evicting_a_snapshot_removes_the_hit_while_token_kv_survives(sim: Any) -> None:
     p = sim.prompt((1, 17))
-    rank = _rank(hybrid(sim, blocks=2, num_gpu_blocks=12))
-    a = _submit(rank, sim.spec(0, p, 1))
+    rank = sim.rank(hybrid(sim, blocks=2, num_gpu_blocks=12))
+    a = sim.submit(rank, sim.spec(0, p, 1))
     _drain(rank)
     pool = rank.pool
     # LRU: the 16-token checkpoint (released when the step off the boundary began), then
     # a's token blocks leaf first; one block more than the free ones evicts a snapshot slot
     filler_blocks = pool.num_free + 1 - 2  # its working state takes 2 blocks too
-    _submit(rank, sim.spec(1, filler_blocks * 4, 0))
+    sim.submit(rank, sim.spec(1, filler_blocks * 4, 0))
     _drain(rank, 100.0)
     assert not _snapshot(rank, a, 16)
     assert len(pool.lookup(a.hashes, 4)) == 4  # every token block is still cached
-    again = _submit(rank, sim.spec(2, p, 1))
+    again = sim.submit(rank, sim.spec(2, p, 1))
     _drain(rank, 200.0)
     assert again.record.reused_input_tokens == 0
 
 
 def test_preemption_releases_the_working_state_and_keeps_earlier_checkpoints(sim: Any) -> None:
-    rank = _rank(hybrid(sim, blocks=2))
-    a = _submit(rank, sim.spec(0, sim.prompt((1, 17)), 3))
+    rank = sim.rank(hybrid(sim, blocks=2))
+    a = sim.submit(rank, sim.spec(0, sim.prompt((1, 17)), 3))
     now = rank.execute_pass(0.0).duration_ms  # computes 16: checkpoint published at the end
     assert a.state is not None and a.state.published_at == 16
     active = rank.pool.num_active
@@ -265,11 +250,11 @@ def test_preemption_releases_the_working_state_and_keeps_earlier_checkpoints(sim
 def test_same_pass_preemption_retracts_the_checkpoint(sim: Any) -> None:
     # r decodes with 3-token bursts; a is admitted behind it with a chunk ending on the
     # boundary 8, then retracted (LIFO) by r's burst reservation in the same pass
-    rank = _rank(hybrid(sim, num_gpu_blocks=6,
+    rank = sim.rank(hybrid(sim, num_gpu_blocks=6,
                         speculation=SpeculationArgs("ngram", 2, (1.0, 1.0))))
-    r = _submit(rank, sim.spec(0, 4, 10))
+    r = sim.submit(rank, sim.spec(0, 4, 10))
     now = rank.execute_pass(0.0).duration_ms
-    a = _submit(rank, sim.spec(1, sim.prompt((1, 8)), 1))
+    a = sim.submit(rank, sim.spec(1, sim.prompt((1, 8)), 1))
     rank.execute_pass(now)
     assert a.record.num_preemptions == 1 and a.status == WAITING
     assert not _snapshot(rank, a, 8)
@@ -279,8 +264,8 @@ def test_same_pass_preemption_retracts_the_checkpoint(sim: Any) -> None:
 
 
 def test_a_long_decode_keeps_one_working_state_and_one_latest_checkpoint(sim: Any) -> None:
-    rank = _rank(hybrid(sim, blocks=2, num_gpu_blocks=64))
-    seq = _submit(rank, sim.spec(0, 6, 40))
+    rank = sim.rank(hybrid(sim, blocks=2, num_gpu_blocks=64))
+    seq = sim.submit(rank, sim.spec(0, 6, 40))
     now = 0.0
     while rank.has_work:
         now += rank.execute_pass(now).duration_ms
