@@ -9,8 +9,8 @@ through the vLLM engine.
 How a row was measured (:class:`BenchmarkLoop`): ``concurrency`` clients start together,
 each re-sends as soon as its request completes, ``WAVES x concurrency`` requests in all,
 and TTFT / TPOT are means over every request (the first wave, whose prompts all queue at
-once, included). The front end's latency outside the GPU passes
-(:meth:`AnalyticalTimer.request_ms`) is added to each TTFT.
+once, included). The engine admits each request after the front end's latency
+(:meth:`AnalyticalTimer.request_ms`), as ``servesim replay`` does.
 
 Recording: in this closed loop the engine's schedule (which requests are in which pass,
 with which token counts) does not depend on the pass durations: requests arrive during
@@ -294,13 +294,13 @@ class Result:
     completed: int
 
 
-def summarize(records: list[RequestRecord], front_ms: float = 0.0) -> Result:
-    """Mean TTFT (plus the front end's ``front_ms``) and mean TPOT over every completed
-    request, TPOT being ``(last token - first token) / (output tokens - 1)``."""
+def summarize(records: list[RequestRecord]) -> Result:
+    """Mean TTFT and mean TPOT over every completed request, TPOT being ``(last token -
+    first token) / (output tokens - 1)``."""
     done = [r for r in records if r.status == "completed" and r.output_length > 0]
     if not done:
         raise Unsupported("no request completed in the replay")
-    ttft = sum(r.token_times[0] - r.arrival_ms for r in done) / len(done) + front_ms
+    ttft = sum(r.token_times[0] - r.arrival_ms for r in done) / len(done)
     tp = [(r.token_times[-1] - r.token_times[0]) / (r.output_length - 1)
           for r in done if r.output_length > 1]
     return Result(ttft, sum(tp) / len(tp) if tp else 0.0, len(done))
@@ -311,7 +311,7 @@ def replay(s: Setup, constants: AnalyticalConstants) -> Result:
     records: list[RequestRecord] = []
     timer = AnalyticalTimer(s.geometry, constants)
     AggregatedReplay(s.role, timer, workload(s), records.append, None).run()
-    return summarize(records, timer.request_ms(s.row.isl))
+    return summarize(records)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -23,9 +23,9 @@ plus communication and fixed overheads:
 - **Request latency outside the GPU** (:meth:`AnalyticalTimer.request_ms`): the serving
   front end's HTTP handling, tokenisation and detokenisation, per request, per prompt
   token and per layer (the CPU set-up of a new request's prefill, which scales with the
-  layers to dispatch). It adds to a request's time to first token but does not occupy
-  the GPU, so it is not part of any pass price. (The calibration replays in ``bench/``
-  add it to TTFT; the engines do not apply it yet.)
+  layers to dispatch). The engines admit a request to the scheduler that long after its
+  arrival, so it adds to TTFT and E2E but does not occupy the GPU and is not part of any
+  pass price.
 
 Efficiencies ``u_c``/``u_m`` are interpolated curves of the operator size (tokens per GEMM,
 bytes per layer, prompt length), shaped from published measurements and scaled by a few

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from typing import Protocol
+
+from servesim.errors import Diagnostic, ReplayError
 
 
 class StepTimer(Protocol):
@@ -13,6 +17,11 @@ class StepTimer(Protocol):
     An empty half (``batch == 0``) must cost ``0.0``. Both must be pure functions of
     their arguments: the built-in engines price runs of steady decode passes ahead of
     time, in bulk, and rely on the same arguments giving the same float.
+
+    A timer may also define ``request_ms(input_tokens) -> float``: the latency a request
+    spends in the serving front end (HTTP handling, tokenisation) before the scheduler
+    sees it. The engines admit each request that much after its arrival (see
+    :func:`front_end`); a timer without the method adds none.
     """
 
     def prefill_ms(self, batch: int, mean_isl: float, mean_prefix: float) -> float:
@@ -24,3 +33,24 @@ class StepTimer(Protocol):
     ) -> float:
         """``batch`` decoding requests holding ``active_kv_tokens`` of ``total_kv_tokens``."""
         ...
+
+
+def front_end(timer: StepTimer, path: tuple[str, ...]) -> Callable[[int], float] | None:
+    """``timer``'s front-end latency of a request by its prompt length, checked to be a
+    finite number >= 0 (a :class:`ReplayError` located at ``path`` otherwise); ``None``
+    when the timer has no ``request_ms``."""
+    request_ms = getattr(timer, "request_ms", None)
+    if request_ms is None:
+        return None
+
+    def latency(input_tokens: int) -> float:
+        value = request_ms(input_tokens)
+        if isinstance(value, (int, float)) and 0.0 <= value < math.inf:
+            return float(value)
+        raise ReplayError([Diagnostic(
+            code="timing-invalid",
+            message=f"the timer's front-end latency for a {input_tokens}-token prompt is "
+                    f"{value!r}; request_ms must return a finite number of ms >= 0",
+            path=path)])
+
+    return latency

@@ -51,6 +51,7 @@ from servesim.engines.vllm.scheduler import SeqState
 from servesim.errors import Diagnostic, ReplayError
 from servesim.payload import KvTransferArgs, Payload, RoleArgs
 from servesim.timing import StepTimer, make_timer
+from servesim.timing.base import front_end
 
 Sink = Callable[[RequestRecord], None]
 
@@ -141,6 +142,8 @@ class DisaggReplay(ReplayLoop[PoolWorker]):
         self.kv_transfer = kv_transfer
         pt = prefill_timer if prefill_timer is not None else make_timer(prefill)
         dt = decode_timer if decode_timer is not None else make_timer(decode)
+        # requests enter through the prefill pool's front end
+        self.front_end = front_end(pt, ("engine", "workers", prefill.worker_type, "timing"))
         pdp, ddp = prefill.attention_data, decode.attention_data
         self.prefill_workers = [
             PoolWorker(pool="prefill", index=w, key=w,

@@ -113,6 +113,9 @@ class ReplayLoop(Generic[W]):
         self.num_requests = 0
         self.counts = {"completed": 0, "rejected": 0, "incomplete": 0}
         self._lookahead: RequestSpec | None = None
+        # the serving front end's latency by prompt length: a request reaches the engine
+        # that long after its arrival (set by an engine from its timer, see timing.base)
+        self.front_end: Callable[[int], float] | None = None
         # (phase, key) of the event being processed; AFTER_EVENTS once all of an instant's
         # events were (see _touch)
         self.event_order = AFTER_EVENTS
@@ -158,7 +161,7 @@ class ReplayLoop(Generic[W]):
                 raise self._order_error(t)
             self.now = t
             while lookahead is not None and lookahead.arrival_ms <= t:
-                events.push(lookahead.arrival_ms, PHASE_ARRIVAL, lookahead.request_id, lookahead)
+                self._admit(lookahead)
                 lookahead = next(arrivals, None)
             self._lookahead = lookahead
             # A later round at one instant (after a settle pushed zero-delay events) comes
@@ -188,7 +191,14 @@ class ReplayLoop(Generic[W]):
         for new in self.workload.on_terminal(spec, time_ms):
             if new.arrival_ms < time_ms:
                 raise self._order_error(new.arrival_ms)
-            self.events.push(new.arrival_ms, PHASE_ARRIVAL, new.request_id, new)
+            self._admit(new)
+
+    def _admit(self, spec: RequestSpec) -> None:
+        """Queue ``spec``'s arrival event: at its arrival, or after the front end's latency."""
+        at = spec.arrival_ms
+        if self.front_end is not None:
+            at += self.front_end(spec.input_length)
+        self.events.push(at, PHASE_ARRIVAL, spec.request_id, spec)
 
     # -- worker passes ----------------------------------------------------------------------
 

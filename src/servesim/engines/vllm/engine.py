@@ -30,6 +30,7 @@ from servesim.engines.vllm.scheduler import RankScheduler, SeqState
 from servesim.errors import Diagnostic, ReplayError
 from servesim.payload import RoleArgs
 from servesim.timing import StepTimer, make_timer
+from servesim.timing.base import front_end
 
 Sink = Callable[[RequestRecord], None]
 
@@ -79,6 +80,7 @@ class AggregatedReplay(ReplayLoop[Worker]):
     ) -> None:
         super().__init__(workload, sink, progress, bulk_decode=bulk_decode)
         self.role = role
+        self.front_end = front_end(timer, ("engine", "workers", role.worker_type, "timing"))
         dp = role.attention_data
         self._workers = [
             Worker(index=w, key=w, ranks=[RankScheduler(role, timer, rank_offset=w * dp + r)
