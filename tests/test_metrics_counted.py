@@ -1,14 +1,24 @@
-"""Counted (value -> multiplicity) distributions give the same floats as sample lists."""
+"""Counted (value -> multiplicity) distributions give the same floats as sample lists, and
+ITL gaps counted per pass the same report as gaps counted per token."""
 
 from __future__ import annotations
 
+import itertools
 import math
+from array import array
 from collections import Counter
 
+import attrs
 from hypothesis import given
 from hypothesis import strategies as st
 
-from servesim.engines.kernel.metrics import counted_distribution, distribution, exact_sum
+from servesim.engines.kernel.metrics import (
+    MetricsCollector,
+    counted_distribution,
+    distribution,
+    exact_sum,
+)
+from servesim.engines.kernel.requests import RequestRecord
 
 values = st.one_of(st.sampled_from([0.0, 1.0, 2.5, 1e-3, 7.123456789, 1e5 / 3, 0.1]),
                    st.floats(0.0, 1e7, allow_nan=False, allow_infinity=False))
@@ -24,3 +34,36 @@ def test_exact_sum_is_fsum_of_the_repeated_values(pairs: list[tuple[float, int]]
     small = [(v, c % 50 + 1) for v, c in pairs]
     expanded = [v for v, c in small for _ in range(c)]
     assert exact_sum([v for v, _ in small], [c for _, c in small]) == math.fsum(expanded)
+
+
+def _itl_report(records: list[RequestRecord]) -> dict[str, float]:
+    collector = MetricsCollector()
+    for record in records:
+        collector.add(record)
+    report = collector.report(wall_time_ms=0.0, gpu_seconds=0.0)
+    assert report == collector.report(wall_time_ms=0.0, gpu_seconds=0.0)  # repeatable
+    return {k: v for k, v in report.items() if "itl" in k or "per_user" in k}
+
+
+@given(st.lists(st.sampled_from([0.0, 0.5, 1.0, 2.75, 0.1]), min_size=1, max_size=60),
+       st.lists(st.tuples(st.integers(0, 59), st.integers(0, 12), st.booleans()), max_size=25),
+       st.integers(0, 10))
+def test_gaps_counted_per_pass_equal_gaps_counted_per_token(
+        steps: list[float], picks: list[tuple[int, int, bool]], grow: int) -> None:
+    # A worker's pass ends (zero-length passes give repeated ends); each request's tokens
+    # are a run of consecutive passes, or not (a pass skipped), or a burst (a repeated end).
+    ends = array("d", itertools.accumulate(steps))
+    records = []
+    for i, (start, length, consecutive) in enumerate(picks):
+        times = ends[start:start + length]
+        if not consecutive and len(times) > 2:
+            times = times[:1] + times[2:] if i % 2 else times[:2] + times[1:]
+        records.append(RequestRecord(request_id=i, arrival_ms=0.0, input_length=1,
+                                     requested_output_length=len(times), status="completed",
+                                     token_times=times, pass_ends=ends))
+    ends.extend(ends[-1] + 1.0 + k for k in range(grow))  # passes after the last record
+    per_pass = _itl_report(records)
+    per_token = _itl_report([attrs.evolve(r, pass_ends=None) for r in records])
+    assert per_pass == per_token
+    gaps = [b - a for r in records for a, b in itertools.pairwise(r.token_times)]
+    assert per_pass["mean_itl_ms"] == (math.fsum(gaps) / len(gaps) if gaps else 0.0)

@@ -335,6 +335,7 @@ class DisaggReplay(ReplayLoop[PoolWorker]):
         flight.decode_worker = worker
         flight.decode_rank = rank
         flight.record.decode_worker = worker.index
+        flight.record.pass_ends = worker.pass_ends
         self.handoffs.setdefault(rank, []).append(flight)
         self.retry[rank] = None
 

@@ -80,6 +80,8 @@ class PassWorker:
     pending: list[RankPass] = attrs.field(factory=list)
     busy_ms: float = 0.0
     segment: Segment | None = None  # steady decode passes in flight instead of one pass
+    # the end time of every pass closed so far, in order (RequestRecord.pass_ends)
+    pass_ends: array = attrs.field(factory=lambda: array("d"))
     end_entry: Any = None  # the heap entry of the end of the pass or segment in flight
 
     def place(self) -> int:
@@ -240,6 +242,7 @@ class ReplayLoop(Generic[W]):
             return finished
         worker.busy = False
         worker.busy_ms += self.now - worker.pass_start
+        worker.pass_ends.append(self.now)
         pending, worker.pending = worker.pending, []
         return pending
 
@@ -359,6 +362,7 @@ class ReplayLoop(Generic[W]):
             done = rank.advance_steady(steps, worker.wave_step, dp_size, waiting)
             if done is not None:
                 finished.append(done)
+        worker.pass_ends.extend(ends)
         busy = worker.busy_ms
         start = worker.pass_start
         for end in ends:

@@ -5,7 +5,9 @@ throughput and goodput; every record counts in ``num_requests``. Memory per fini
 request is O(1): per-request latencies are ``array('d')`` samples (8 bytes each), and ITL,
 one sample per token gap, is kept as exact ``value -> count`` multiplicities (gaps repeat:
 a pass's duration is the gap of every request in it), so its memory grows with the
-distinct gaps, not with the tokens.
+distinct gaps, not with the tokens. When a record's tokens are consecutive entries of its
+worker's pass ends (``RequestRecord.pass_ends``, the usual case), its gaps are counted per
+pass of that worker in O(1) (a difference array over the passes), not token by token.
 
 Distributions are reported as ``mean_/min_/max_/median_/p75_/p90_/p95_/p99_/std_<name>``
 (``_ms`` suffix for latencies). Percentile ``p`` is the sorted sample at rank
@@ -227,6 +229,9 @@ class MetricsCollector:
         self._samples: dict[str, array] = {name: array("d") for name in LATENCIES
                                            if name != "itl"}
         self._itl: Counter[float] = Counter()  # every gap between adjacent tokens, counted
+        # per pass-ends array (by id): the array and a difference array of how many
+        # requests' gaps each pass ends (gaps not yet folded into ``_itl``)
+        self._runs: dict[int, tuple[array, array]] = {}
 
     def add(self, record: RequestRecord) -> None:
         self.num_requests += 1
@@ -255,11 +260,42 @@ class MetricsCollector:
         if n >= 2:
             samples["ttst"].append(times[1] - times[0])
             samples["tpot"].append((times[-1] - times[0]) / (n - 1))
-            self._itl.update(map(operator.sub, itertools.islice(times, 1, None), times))
+            if not self._count_run(record.pass_ends, times, n):
+                self._itl.update(map(operator.sub, itertools.islice(times, 1, None), times))
         samples["e2e_latency"].append(_e2e(record))
         if self._sla is not None and meets_sla(record, self._sla):
             self.goodput_completed += 1
             self.goodput_output_tokens += n
+
+    def _count_run(self, ends: array | None, times: array, n: int) -> bool:
+        """Count the ``n - 1`` gaps of ``times`` as passes of ``ends`` if the tokens are
+        ``n`` consecutive pass ends; False (nothing counted) otherwise."""
+        if ends is None:
+            return False
+        first = bisect.bisect_left(ends, times[0])
+        if ends[first:first + n] != times:
+            return False  # a preemption, a prefill chunk without a token, a burst...
+        run = self._runs.get(id(ends))
+        if run is None:
+            run = self._runs[id(ends)] = (ends, array("q"))
+        cover = run[1]
+        short = first + n + 1 - len(cover)
+        if short > 0:
+            cover.frombytes(bytes(8 * short))
+        cover[first + 1] += 1  # the gaps ending at passes first + 1 .. first + n - 1
+        cover[first + n] -= 1
+        return True
+
+    def _fold_runs(self) -> None:
+        """Add the gaps counted per pass to the ``value -> count`` ITL multiset."""
+        itl = self._itl
+        for ends, cover in self._runs.values():
+            gaps = map(operator.sub, itertools.islice(ends, 1, None), ends)
+            for gap, count in zip(gaps, itertools.accumulate(itertools.islice(cover, 1, None)),
+                                  strict=False):
+                if count:
+                    itl[gap] += count
+        self._runs.clear()
 
     def report(self, *, wall_time_ms: float, gpu_seconds: float | Mapping[str, float],
                extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -287,6 +323,7 @@ class MetricsCollector:
             "output_throughput_tok_s": rate(self.total_output_tokens),
             "total_throughput_tok_s": rate(total_input + self.total_output_tokens),
         }
+        self._fold_runs()
         for name in LATENCIES:
             if name == "itl":
                 out.update(counted_distribution(self._itl, name))

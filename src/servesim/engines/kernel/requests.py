@@ -50,6 +50,10 @@ class RequestRecord:
     num_preemptions: int = 0
     prefill_worker: int | None = None
     decode_worker: int | None = None  # the aggregated worker in aggregated mode
+    # The end times of every pass of the worker that stamped the tokens, shared by its
+    # requests and growing (set by the built-in engines, None otherwise): when the tokens
+    # are a run of consecutive passes, metrics count their gaps per pass, not per token.
+    pass_ends: array | None = attrs.field(default=None, repr=False)
 
     @property
     def output_length(self) -> int:

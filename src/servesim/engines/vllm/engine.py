@@ -144,6 +144,7 @@ class AggregatedReplay(ReplayLoop[Worker]):
             session_id=spec.session_id,
             turn_index=spec.turn_index,
             decode_worker=worker.index,
+            pass_ends=worker.pass_ends,
         )
         seq = rank.new_seq(spec, record)
         if spec.request_id in self.live:
