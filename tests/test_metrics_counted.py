@@ -7,8 +7,10 @@ import itertools
 import math
 from array import array
 from collections import Counter
+from fractions import Fraction
 
 import attrs
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -67,3 +69,21 @@ def test_gaps_counted_per_pass_equal_gaps_counted_per_token(
     assert per_pass == per_token
     gaps = [b - a for r in records for a, b in itertools.pairwise(r.token_times)]
     assert per_pass["mean_itl_ms"] == (math.fsum(gaps) / len(gaps) if gaps else 0.0)
+
+
+@given(st.lists(st.tuples(st.one_of(values, st.floats(0.0, 1e-300), st.floats(1e290, 1e300),
+                                     st.floats(-1e6, 0.0)),
+                          st.one_of(st.integers(1, 60), st.integers(1, 2**40))), max_size=40))
+def test_exact_sum_is_the_exact_sum_rounded_for_any_count(
+        pairs: list[tuple[float, int]]) -> None:
+    exact = sum((Fraction(v) * c for v, c in pairs), Fraction(0))
+    assert exact_sum([v for v, _ in pairs], [c for _, c in pairs]) == float(exact)
+
+
+@pytest.mark.parametrize("count", [3, 2**26 - 1, 2**26 + 1, 3**20, 2**40 + 3])
+@pytest.mark.parametrize("value", [0.1, 1 / 3, 7.123456789, 1e-301, 1e290])
+def test_exact_sum_keeps_the_rounding_error_of_a_product(value: float, count: int) -> None:
+    # value * count minus its rounded float: only an exact sum sees the difference
+    rounded = value * count
+    exact = Fraction(value) * count - Fraction(rounded)
+    assert exact_sum([value, -rounded], [count, 1]) == float(exact)

@@ -110,19 +110,22 @@ def test_soft_cutoff_reports_in_flight_requests_as_incomplete(sim: Any) -> None:
     assert stats.end_ms == 12.0 and stats.incomplete == 1
 
 
-def test_closed_loop_follow_ups_reuse_generated_tokens(sim: Any) -> None:
+@pytest.mark.parametrize(("prompt", "out", "reused"), [(6, 6, 8), (8, 10, 16), (5, 16, 20)])
+def test_closed_loop_follow_ups_reuse_generated_tokens(
+        sim: Any, prompt: int, out: int, reused: int) -> None:
     from servesim.engines.kernel.tokens import Segment, generated_key, make_prompt
 
-    first = sim.spec(0, sim.prompt((1, 6)), 6)
-    # Turn 2: turn 1's prompt + its 6 generated tokens + 4 new ones, 2 ms after it ends.
-    prompt2 = make_prompt([*first.prompt, Segment(generated_key(0), 6, repeat=False),
+    first = sim.spec(0, sim.prompt((1, prompt)), out)
+    # Turn 2: turn 1's prompt + its generated tokens + 4 new ones, 2 ms after it ends.
+    prompt2 = make_prompt([*first.prompt, Segment(generated_key(0), out, repeat=False),
                            Segment(2, 4, repeat=False)])
     second = sim.spec(1, prompt2, 1, arrival=2.0)
     workload = sim.ListWorkload([first], followups={0: [second]})
     records, _, _ = sim.run(sim.role(), workload)
     assert records[1].arrival_ms == records[0].terminal_ms + 2.0
-    # Turn 1 computed 11 of its 12 tokens: 2 full blocks are cached and reused.
-    assert records[1].first_admission_reused_tokens == 8
+    # Turn 1 computed all but its last token: its full blocks (4 tokens each, some holding
+    # only generated tokens) are cached and reused.
+    assert records[1].first_admission_reused_tokens == reused
     assert workload.terminals == [(0, records[0].terminal_ms), (1, records[1].terminal_ms)]
 
 

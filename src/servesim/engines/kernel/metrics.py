@@ -71,9 +71,27 @@ def distribution(samples: Iterable[float], name: str, unit: str = "_ms") -> dict
 def exact_sum(values: Iterable[float], counts: Iterable[int]) -> float:
     """``math.fsum`` of every value repeated ``count`` times, in O(distinct values).
 
-    Both are the exact sum correctly rounded to a float: here the exact sum is an integer
-    over a power of two, and ``int / int`` rounds correctly.
+    Both are the exact sum correctly rounded to a float. The usual way is C-level: each
+    value is split exactly into two halves of at most 26 significant bits (Veltkamp), so
+    a half times a count below 2**26 is an exact float and ``math.fsum`` of those
+    products is the exact sum, rounded. Values or counts outside that range take the
+    integer way: the exact sum as an integer over a power of two, and ``int / int``
+    rounds correctly.
     """
+    values = list(values)
+    counts = list(counts)
+    if len(values) != len(counts):
+        raise ValueError("exact_sum needs one count per value")
+    if not values:
+        return 0.0
+    nonzero = list(filter(None, map(abs, values)))
+    if max(counts) < _SPLIT_COUNT and (not nonzero or _TINY <= min(nonzero)
+                                       and max(nonzero) <= _HUGE):
+        scaled = list(map(operator.mul, values, itertools.repeat(_VELTKAMP)))
+        high = list(map(operator.sub, scaled, map(operator.sub, scaled, values)))
+        low = map(operator.sub, values, high)
+        return math.fsum(itertools.chain(map(operator.mul, high, counts),
+                                         map(operator.mul, low, counts)))
     num, exp = 0, 0  # the sum so far is num / 2**exp
     for value, count in zip(values, counts, strict=True):
         n, d = value.as_integer_ratio()
@@ -83,6 +101,11 @@ def exact_sum(values: Iterable[float], counts: Iterable[int]) -> float:
             exp = e
         num += (count * n) << (exp - e)
     return num / (1 << exp)
+
+
+_VELTKAMP = 134217729.0  # 2**27 + 1: splits a double into halves of <= 26 significant bits
+_SPLIT_COUNT = 1 << 26  # counts below this times a half are exact
+_TINY, _HUGE = 2.0 ** -900, 2.0 ** 900  # no underflow of the halves' products, no overflow
 
 
 def counted_distribution(counts: Mapping[float, int], name: str,

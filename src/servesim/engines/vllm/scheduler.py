@@ -795,6 +795,17 @@ class RankScheduler:
         if have >= n_blocks:
             return
         bs = self.block_size
+        start = have * bs
+        if start >= seq.prompt_len and n_blocks * bs <= seq.prompt_len + seq.generated:
+            # Only generated tokens (a decode step completing a block): the identities
+            # block_hashes gives for the distinct generated segment, without the walk.
+            key, base = generated_key(seq.spec.request_id), seq.prompt_len
+            append = seq.hashes.append
+            h = seq.hashes[-1] if have else 0
+            for lo in range(start, n_blocks * bs, bs):
+                h = hash((h, ((key, lo - base, bs),)))
+                append(h)
+            return
         prompt = seq.spec.prompt
         if n_blocks * bs > seq.prompt_len:
             prompt = (*prompt, Segment(generated_key(seq.spec.request_id), seq.generated, False))
