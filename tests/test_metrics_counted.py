@@ -71,7 +71,7 @@ def test_gaps_counted_per_pass_equal_gaps_counted_per_token(
     assert per_pass["mean_itl_ms"] == (math.fsum(gaps) / len(gaps) if gaps else 0.0)
 
 
-@given(st.lists(st.tuples(st.one_of(values, st.floats(0.0, 1e-300), st.floats(1e290, 1e300),
+@given(st.lists(st.tuples(st.one_of(values, st.floats(0.0, 1e-300), st.floats(1e280, 1e290),
                                      st.floats(-1e6, 0.0)),
                           st.one_of(st.integers(1, 60), st.integers(1, 2**40))), max_size=40))
 def test_exact_sum_is_the_exact_sum_rounded_for_any_count(

@@ -85,8 +85,8 @@ def exact_sum(values: Iterable[float], counts: Iterable[int]) -> float:
     if not values:
         return 0.0
     nonzero = list(filter(None, map(abs, values)))
-    if max(counts) < _SPLIT_COUNT and (not nonzero or _TINY <= min(nonzero)
-                                       and max(nonzero) <= _HUGE):
+    if max(counts) < _SPLIT_COUNT and (not nonzero or (
+            min(nonzero) >= _TINY and max(nonzero) <= _HUGE)):
         scaled = list(map(operator.mul, values, itertools.repeat(_VELTKAMP)))
         high = list(map(operator.sub, scaled, map(operator.sub, scaled, values)))
         low = map(operator.sub, values, high)
