@@ -17,9 +17,11 @@ measured configuration) is never fitted; MAPE is reported on the fit rows, the h
 rows and all rows, overall and per backend, and the worst (GPU, backend, model)
 partitions are listed.
 
-Loss: robust (Huber, in log space) least squares of ``log(predicted / measured)`` of TPOT
-and, with weight ``--ttft-weight``, of TTFT; each row weighs ``1 / sqrt(rows of its (GPU,
-backend, model) partition)`` so that no partition dominates. Search: Levenberg-Marquardt
+Loss: robust (Huber, ``--huber``) least squares of the error of TPOT and, with weight
+``--ttft-weight``, of TTFT, the error being ``log(predicted / measured)`` or, with
+``--error relative``, ``predicted / measured - 1`` (what the MAPE report averages); each
+row weighs ``1 / sqrt(rows of its (GPU, backend, model) partition)`` so that no partition
+dominates. Search: Levenberg-Marquardt
 over the logarithms of the fitted scalars (global efficiency scales, all-reduce latency,
 per-expert cost, per-backend overheads) with a finite-difference Jacobian, projected onto
 the bounds in ``BOUNDS``. Standard library only.
@@ -163,8 +165,19 @@ def _solve(a: list[list[float]], b: list[float]) -> list[float]:
     return x
 
 
+def _log_error(pred: float, meas: float) -> float:
+    return math.log(max(pred, 1e-9) / meas)
+
+
+def _relative_error(pred: float, meas: float) -> float:
+    return pred / meas - 1.0
+
+
+ERRORS = {"log": _log_error, "relative": _relative_error}
+
+
 def fit(base: AnalyticalConstants, items: list[Item], keys: list[str], ttft_weight: float,
-        iterations: int) -> AnalyticalConstants:
+        iterations: int, error: str = "log") -> AnalyticalConstants:
     parts: dict[tuple[str, str, str], int] = {}
     for s, _ in items:
         parts[(s.row.system, s.row.backend, s.row.model)] = parts.get(
@@ -172,6 +185,7 @@ def fit(base: AnalyticalConstants, items: list[Item], keys: list[str], ttft_weig
     row_w = [1.0 / math.sqrt(parts[(s.row.system, s.row.backend, s.row.model)])
              for s, _ in items]
     tw = math.sqrt(ttft_weight)
+    err = ERRORS[error]
     bounds = [tuple(math.log(v) for v in BOUNDS[k.split(".")[-1]]) for k in keys]
 
     def clamp(x: list[float]) -> list[float]:
@@ -186,8 +200,8 @@ def fit(base: AnalyticalConstants, items: list[Item], keys: list[str], ttft_weig
         for item in items:
             ttft, tpot = predict(c, item)
             r = item[0].row
-            out.append(math.log(max(tpot, 1e-9) / r.tpot_ms))
-            out.append(tw * math.log(max(ttft, 1e-9) / r.ttft_ms))
+            out.append(err(tpot, r.tpot_ms))
+            out.append(tw * err(ttft, r.ttft_ms))
         return out
 
     def weights(res: list[float]) -> list[float]:
@@ -249,9 +263,15 @@ def fit(base: AnalyticalConstants, items: list[Item], keys: list[str], ttft_weig
 
 
 def main() -> int:
+    global HUBER
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dry-run", action="store_true", help="do not rewrite the JSON")
     ap.add_argument("--ttft-weight", type=float, default=0.5)
+    ap.add_argument("--error", choices=sorted(ERRORS), default="log",
+                    help="residual of a row: log(predicted / measured) or predicted / "
+                         "measured - 1 (the latter weighs errors like the MAPE report)")
+    ap.add_argument("--huber", type=float, default=HUBER,
+                    help="residual size beyond which a row counts linearly")
     ap.add_argument("--iterations", type=int, default=12)
     ap.add_argument("--fit-rows", type=int, default=700,
                     help="subsample of the fit rows, spread over partitions (0: all)")
@@ -261,6 +281,7 @@ def main() -> int:
                     help="only report the shipped constants' accuracy (no fit) on a sample "
                          "of --fit-rows rows of both folds")
     args = ap.parse_args()
+    HUBER = args.huber
 
     rows = [r for r in calib.load_rows() if r.mode == "agg"]
     base = load_constants()
@@ -272,7 +293,7 @@ def main() -> int:
     print(f"fitting on {len(items)} rows ({len(rows)} aggregated rows in the file, "
           f"holdout fold excluded)")
     keys = [*GLOBAL, *(f"{b}.{f}" for b in BACKENDS for f in PER_BACKEND)]
-    best = fit(base, items, keys, args.ttft_weight, args.iterations)
+    best = fit(base, items, keys, args.ttft_weight, args.iterations, error=args.error)
     report(best, items)
     at_bound = [k for k in keys if any(math.isclose(_get(best, k), v, rel_tol=1e-6)
                                        for v in BOUNDS[k.split(".")[-1]])]
@@ -286,8 +307,9 @@ def main() -> int:
                 "excluded)",
         "prediction": "the benchmark's closed loop replayed through the vLLM engine "
                       "(calib.replay, re-priced from calib.record)",
-        "loss": f"Huber (log space, {HUBER}) least squares of log TPOT ratio + "
-                f"{args.ttft_weight} x log TTFT ratio, rows weighted 1/sqrt(partition size)",
+        "loss": f"Huber ({HUBER}) least squares of the {args.error} TPOT error + "
+                f"{args.ttft_weight} x the {args.error} TTFT error, rows weighted "
+                "1/sqrt(partition size)",
         "date": datetime.date.today().isoformat(),
     }
     text = json.dumps(data, indent=2) + "\n"

@@ -210,3 +210,55 @@ def test_request_latency_grows_with_the_layers_to_set_up() -> None:
                                           load_gpu("h100_sxm"), backend="vllm"), c)
     assert deep.geometry.num_layers > shallow.geometry.num_layers
     assert deep.request_ms(1024) > shallow.request_ms(1024)
+
+
+def test_the_busiest_expert_parallel_rank_sets_the_moe_time() -> None:
+    # Same GPUs and experts: sharded by expert (EP8) or by slice (moe-TP8). At a few tokens
+    # a pass, routing leaves some EP rank with about twice the mean touched experts, so
+    # EP is slower; with thousands of tokens every rank is loaded alike.
+    # (the fixed per-expert cost, which favours few whole experts per GPU, is set aside)
+    c = load_constants().with_values(expert_us=0.0)
+
+    def moe(**kw: object) -> AnalyticalTimer:
+        geo = build_geometry(load_model("deepseek-ai/DeepSeek-R1"), load_gpu("b200_sxm"),
+                             tensor=8, **kw)  # type: ignore[arg-type]
+        return AnalyticalTimer(geo, c)
+
+    ep, mtp = moe(moe_expert=8), moe(moe_tensor=8)
+    small = ep._moe_s(4) / mtp._moe_s(4)
+    large = ep._moe_s(8192) / mtp._moe_s(8192)
+    assert small > 1.1
+    assert large < small
+    assert large == pytest.approx(1.0, rel=0.1)
+
+
+def test_expert_parallelism_under_attention_tp_needs_no_all_to_all() -> None:
+    # Under attention TP every GPU holds every token: the experts' partial outputs are
+    # summed by the all-reduce a dense MLP also needs, so EP8 and moe-TP8 communicate
+    # alike; attention DP spreads the tokens and adds dispatch/combine traffic.
+    def comm(**kw: object) -> float:
+        return _timer("deepseek-ai/DeepSeek-R1", "b200_sxm", **kw)._comm_s(8192, True)
+
+    assert comm(tensor=8, moe_expert=8) == pytest.approx(comm(tensor=8, moe_tensor=8))
+    assert comm(tensor=1, attention_data=8, moe_expert=8) > 0.0
+
+
+def test_a_token_crosses_to_each_expert_rank_once() -> None:
+    # DeepSeek routes a token to 8 experts; over two expert-parallel ranks it is sent to
+    # the other rank at most once, whatever how many of its experts live there.
+    t = _timer("deepseek-ai/DeepSeek-R1", "b200_sxm", tensor=1, attention_data=2,
+               moe_expert=2)
+    g = t.geometry
+    moe_layers = sum(c.count for c in g.classes if c.moe)
+    one_hop = 8192 * g.hidden * 2 / (g.ep_link_bw * load_constants().link_efficiency)
+    assert 0 < t._comm_s(8192, False) <= 2 * moe_layers * one_hop * (1 + 1e-9)
+
+
+def test_a_lone_prefill_under_attention_dp_feeds_the_experts_its_own_tokens() -> None:
+    # A prompt on one attention-DP rank: the experts see its tokens, not as many again
+    # from every other rank, so more ranks do not make that prefill dearer.
+    def prefill(dp: int) -> float:
+        return _timer("deepseek-ai/DeepSeek-R1", "b200_sxm", tensor=1, attention_data=dp,
+                      moe_expert=8).prefill_ms(1, 8192, 0)
+
+    assert prefill(8) == pytest.approx(prefill(2), rel=0.02)

@@ -50,6 +50,7 @@ from __future__ import annotations
 import bisect
 import json
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from typing import Any
@@ -553,6 +554,15 @@ def build_geometry(
 # The timer
 
 
+def _max_z(ranks: int) -> float:
+    """Expected maximum of ``ranks`` independent standard normal draws (Blom's
+    approximation ``Phi^-1((n - 0.375) / (n + 0.25))``): how many standard deviations the
+    busiest of ``ranks`` equally loaded ranks sits above the mean."""
+    if ranks <= 1:
+        return 0.0
+    return statistics.NormalDist().inv_cdf((ranks - 0.375) / (ranks + 0.25))
+
+
 def _level(table: Mapping[str, float], quant: str) -> float:
     kind = _QUANT.get(quant, (0.0, "bf16"))[1]
     return table.get(quant, table.get(kind, 1.0))
@@ -629,13 +639,32 @@ class AnalyticalTimer:
         return total
 
     def _moe_s(self, tokens: float) -> float:
+        """Routed experts of one MoE layer over ``tokens`` tokens, on the busiest
+        expert-parallel rank.
+
+        Under uniform routing each of a rank's ``local_experts`` is touched with
+        probability ``q = 1 - (1 - k/E) ** tokens`` and each token-expert pair lands on a
+        rank with probability ``1/ep``. The layer ends when the most loaded rank is done,
+        so both counts are the expected maximum over the ``ep`` ranks (mean plus
+        :func:`_max_z` standard deviations of the binomial count): at a few tokens per
+        pass one rank often holds twice the mean number of touched experts, while large
+        batches balance out.
+        """
         g = self._geo
         if g.experts == 0 or tokens <= 0:
             return 0.0
         pairs = tokens * g.topk
-        touched = g.local_experts * (1.0 - (1.0 - g.topk / g.experts) ** tokens)
+        q = 1.0 - (1.0 - g.topk / g.experts) ** tokens
+        n_local = g.local_experts
+        touched = n_local * q
+        rank_pairs = pairs / g.moe_expert
+        if g.moe_expert > 1:
+            z = _max_z(g.moe_expert)
+            touched = min(n_local, touched + z * math.sqrt(n_local * q * (1.0 - q)))
+            p = 1.0 / g.moe_expert
+            rank_pairs = min(pairs, rank_pairs + z * math.sqrt(pairs * p * (1.0 - p)))
         per_expert = pairs / g.experts
-        flops = 2.0 * pairs / g.moe_expert * g.expert_elems
+        flops = 2.0 * rank_pairs * g.expert_elems
         compute = flops / (g.moe_peak * self._moe_c(max(per_expert, 1.0)))
         return max(compute, self._mem_s(touched * g.expert_bytes)) + touched * self._expert_s
 
@@ -644,26 +673,35 @@ class AnalyticalTimer:
         flops = 2.0 * g.lm_head_elems * tokens
         return max(flops / (g.attn_peak * self._gemm_c(tokens)), self._mem_s(g.lm_head_bytes))
 
-    def _comm_s(self, tokens: float, moe_tokens: float, latency: bool) -> float:
+    def _comm_s(self, tokens: float, latency: bool) -> float:
+        """Collectives of one forward over this rank's ``tokens`` tokens."""
         g = self._geo
         lat = self._ar_s if latency else 0.0
         total = 0.0
         msg = tokens * g.hidden * ACT_BYTES
         eff = self.constants.link_efficiency
+        # Attention data parallelism spreads the tokens over the ranks, so an MoE layer
+        # dispatches and combines them with all-to-all; under attention tensor
+        # parallelism every GPU already holds every token and the experts' partial
+        # outputs (expert- or tensor-sharded alike) are summed by the same all-reduce as
+        # a dense MLP's.
+        a2a_moe = bool(g.experts) and g.attention_data > 1
         if g.tensor > 1:
             ar = lat + 2.0 * msg * (g.tensor - 1) / g.tensor / (g.tp_link_bw * eff)
             for cls in self._classes:
-                # one after the mixer, one after a dense MLP (an MoE MLP under expert
-                # parallelism combines with all-to-all instead)
+                # one after the mixer, one after the MLP (unless all-to-all combines it)
                 n = (1 if cls.mixer != "none" else 0) + (
-                    1 if not cls.moe or g.moe_expert == 1 else 0
+                    1 if not cls.moe or not a2a_moe or g.moe_expert == 1 else 0
                 )
                 total += cls.count * n * ar
         ep = g.moe_expert * g.moe_tensor
-        if g.experts and (g.moe_expert > 1 or g.attention_data > 1) and ep > 1:
+        if a2a_moe and ep > 1:
             moe_layers = sum(c.count for c in self._classes if c.moe)
-            a2a_bytes = moe_tokens / g.attention_data * g.topk * g.hidden * ACT_BYTES
-            a2a = lat + a2a_bytes * (ep - 1) / ep / (g.ep_link_bw * eff)
+            # a token travels once to each other rank that holds any of its top-k
+            # experts (and its combined partial result once back), not once per expert
+            remote = (ep - 1) * (1.0 - (1.0 - 1.0 / ep) ** g.topk)
+            a2a_bytes = tokens * remote * g.hidden * ACT_BYTES
+            a2a = lat + a2a_bytes / (g.ep_link_bw * eff)
             total += moe_layers * 2 * a2a
         if g.pipeline > 1:
             hop = (g.p2p_latency_s if latency else 0.0) + msg / (g.pp_link_bw * eff)
@@ -699,9 +737,14 @@ class AnalyticalTimer:
         o = self._over
         b = float(batch)
         tokens = b * new
-        moe_tokens = tokens * g.attention_data
+        # A price is per rank: under attention data parallelism the experts see this
+        # rank's prompt tokens (plus the other ranks' decode tokens, priced by their
+        # decode half). In steady serving, prompts reach the ranks at different times, so
+        # assuming every rank prefills the same chunk at once would multiply the expert
+        # work of a lone prefill by the number of ranks.
+        moe_tokens = tokens
         gemm = self._gemm_s(tokens, moe_tokens)
-        comm = self._comm_s(tokens, moe_tokens, latency=self._standalone)
+        comm = self._comm_s(tokens, latency=self._standalone)
         # attention
         full, sliding, linear = self._attention_layers()
         ctx = float(mean_isl)
@@ -753,7 +796,7 @@ class AnalyticalTimer:
         n = float(batch)
         moe_tokens = n * g.attention_data
         gemm = self._gemm_s(n, moe_tokens) + self._lm_head_s(n)
-        comm = self._comm_s(n, moe_tokens, latency=True)
+        comm = self._comm_s(n, latency=True)
         full, sliding, linear = self._attention_layers()
         attn = 0.0
         kv_eff = self.constants.kv_scale
