@@ -1,0 +1,151 @@
+"""The block pool against a plain model of its rules, over random operation sequences.
+
+The model keeps the same state in the most direct form (one loop per block) and is the
+definition the pool's batched operations must match exactly: same leases (block ids and
+order), same counters, same cached identities, same lookups, same LRU order.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from servesim.engines.kernel.blocks import BlockPool
+
+
+class ModelPool:
+    """Free list (last released first), never-used ids, LRU of released cached blocks."""
+
+    def __init__(self, num_blocks: int) -> None:
+        self.num_blocks = num_blocks
+        self.ref: dict[int, int] = {}
+        self.ident: dict[int, int] = {}
+        self.index: dict[int, int] = {}
+        self.lru: OrderedDict[int, None] = OrderedDict()
+        self.free: list[int] = []
+        self.unused = 0
+
+    def available(self, reuse: Sequence[int]) -> int:
+        inactive_reused = sum(1 for b in reuse if self.ref.get(b, 0) == 0)
+        return len(self.free) + self.num_blocks - self.unused + len(self.lru) - inactive_reused
+
+    def lookup(self, hashes: Sequence[int], max_blocks: int) -> list[int]:
+        out = []
+        for h in hashes[:max_blocks]:
+            if h not in self.index:
+                break
+            out.append(self.index[h])
+        return out
+
+    def publish(self, lease: list[int], hashes: Sequence[int], start: int, end: int) -> None:
+        for i in range(start, end):
+            if hashes[i] not in self.index:
+                self.index[hashes[i]] = lease[i]
+                self.ident[lease[i]] = hashes[i]
+
+    def allocate(self, lease: list[int], target: int, reuse: Sequence[int] = ()) -> bool:
+        fresh = max(target - len(lease) - len(reuse), 0)
+        if fresh and fresh > self.available(reuse):
+            return False
+        for b in reuse:
+            if self.ref.get(b, 0) == 0:
+                del self.lru[b]
+            self.ref[b] = self.ref.get(b, 0) + 1
+            lease.append(b)
+        for _ in range(fresh):
+            if self.free:
+                b = self.free.pop()
+            elif self.unused < self.num_blocks:
+                b = self.unused
+                self.unused += 1
+            else:
+                b, _ = self.lru.popitem(last=False)
+                h = self.ident.pop(b)
+                if self.index.get(h) == b:
+                    del self.index[h]
+            self.ref[b] = 1
+            lease.append(b)
+        return True
+
+    def release(self, lease: list[int]) -> None:
+        for b in reversed(lease):
+            self.ref[b] -= 1
+            if self.ref[b] == 0:
+                del self.ref[b]
+                if b in self.ident:
+                    self.lru[b] = None
+                else:
+                    self.free.append(b)
+        lease.clear()
+
+    def forget(self, block: int, identity: int) -> None:
+        if self.ident.get(block) != identity:
+            return
+        del self.ident[block]
+        if self.index.get(identity) == block:
+            del self.index[identity]
+        if block in self.lru:
+            del self.lru[block]
+            self.free.append(block)
+
+
+# An operation: (kind, holder, size, prefix family); holders of one family share prefix
+# identities (family 2: identities collide inside a prompt too).
+OPS = st.lists(st.tuples(st.sampled_from(["alloc", "alloc", "grow", "publish", "release",
+                                          "forget"]),
+                         st.integers(0, 3), st.integers(0, 9), st.integers(0, 2)),
+               min_size=20, max_size=80)
+
+
+def _identities(family: int, holder: int, n: int) -> list[int]:
+    if family == 2:  # colliding identities: two blocks of a prompt share each one
+        return [2000 + i // 2 for i in range(n)]
+    shared = 3 + family  # a family's first blocks are common to its holders
+    return [family * 1000 + i if i < shared else family * 1000 + 100 * (holder + 1) + i
+            for i in range(n)]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.integers(1, 16), OPS)
+def test_the_pool_follows_the_model(num_blocks: int, ops: list[tuple[str, int, int, int]]) -> None:
+    pool, model = BlockPool(num_blocks, 4), ModelPool(num_blocks)
+    leases: dict[int, tuple[list[int], list[int], list[int]]] = {}  # pool, model, hashes
+    for kind, holder, size, family in ops:
+        if holder not in leases:
+            leases[holder] = ([], [], _identities(family, holder, 12))
+        lp, lm, hashes = leases[holder]
+        if kind == "alloc" and not lp:
+            hits = pool.lookup(hashes, size)
+            assert hits == model.lookup(hashes, size)
+            assert pool.allocate(lp, size, reuse=hits) == model.allocate(lm, size, reuse=hits)
+        elif kind == "grow" and lp:
+            target = min(len(lp) + size % 4, len(hashes))
+            assert pool.allocate(lp, target) == model.allocate(lm, target)
+        elif kind == "publish" and lp:
+            end = min(len(lp), size + 1)
+            pool.publish(lp, hashes, 0, end)
+            model.publish(lm, hashes, 0, end)
+        elif kind == "release":
+            pool.release(lp)
+            model.release(lm)
+        elif kind == "forget" and lp:
+            block = lp[size % len(lp)]
+            pool.forget(block, hashes[size % len(lp)])
+            model.forget(block, hashes[size % len(lp)])
+        assert lp == lm
+        assert pool.num_active == len(model.ref)
+        assert pool.num_inactive == len(model.lru)
+        assert pool.num_free == len(model.free) + num_blocks - model.unused
+        assert pool.cached_identities() == set(model.index)
+        for block in model.ident:
+            assert pool.identity(block) == model.ident[block]
+        pool.check()
+    # the LRU order: evicting everything takes the model's order
+    order_pool: list[int] = []
+    order_model: list[int] = []
+    assert pool.allocate(order_pool, pool.num_available) == model.allocate(
+        order_model, model.available(()))
+    assert order_pool == order_model
