@@ -7,7 +7,8 @@ one sample per token gap, is kept as exact ``value -> count`` multiplicities (ga
 a pass's duration is the gap of every request in it), so its memory grows with the
 distinct gaps, not with the tokens. When a record's tokens are consecutive entries of its
 worker's pass ends (``RequestRecord.pass_ends``, the usual case), its gaps are counted per
-pass of that worker in O(1) (a difference array over the passes), not token by token.
+pass of that worker in O(1) (a difference array over the passes), not token by token;
+that costs 8 bytes per pass of each worker, here and in the worker's pass ends.
 
 Distributions are reported as ``mean_/min_/max_/median_/p75_/p90_/p95_/p99_/std_<name>``
 (``_ms`` suffix for latencies). Percentile ``p`` is the sorted sample at rank
