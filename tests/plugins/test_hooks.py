@@ -110,10 +110,28 @@ def _lines(trace: TraceFile) -> Iterator[RequestSpec]:
                               input_length=int(isl), output_length=int(osl))
 
 
+class _Fronted:
+    """Flat pass prices and a front end of 5 ms + 0.01 ms per prompt token."""
+
+    def __init__(self, role: RoleArgs) -> None:
+        self.passes = _flat(role)
+
+    def prefill_ms(self, batch: int, mean_isl: float, mean_prefix: float) -> float:
+        return self.passes.prefill_ms(batch, mean_isl, mean_prefix)
+
+    def decode_ms(self, batch: int, active: int, mean_context: float, total: int) -> float:
+        return self.passes.decode_ms(batch, active, mean_context, total)
+
+    def request_ms(self, input_tokens: int) -> float:
+        if input_tokens > 10_000:
+            raise OverflowError("prompt too long for this front end")
+        return 5.0 + 0.01 * input_tokens
+
+
 class ExtrasPlugin:
     @hookimpl
     def servesim_register_timing_providers(self) -> Mapping[str, Callable[..., StepTimer]]:
-        return {"flat": _flat, "exploding": lambda role: _Exploding()}
+        return {"flat": _flat, "exploding": lambda role: _Exploding(), "fronted": _Fronted}
 
     @hookimpl
     def servesim_register_trace_formats(self) -> Mapping[str, TraceLoader]:
@@ -211,12 +229,28 @@ def test_a_plugin_timing_provider_prices_the_passes(
     assert run.report["mean_e2e_latency_ms"] == 7.0 + 3.0 * 3
 
 
+def test_a_plugin_timer_s_front_end_latency_delays_admission(
+        replay_toml: Callable[..., ReplayRun], plugin_manager: Any) -> None:
+    text = small_config(timing="fronted", requests=1, concurrency=1, output_tokens=3)
+    run = replay_toml(text)
+    (request,) = run.requests
+    front = 5.0 + 0.01 * request["input_length"]
+    assert request["first_admit_ms"] == request["arrival_time_ms"] + front
+    assert run.report["mean_ttft_ms"] == front + 7.0 + 3.0  # as flat, plus the front end
+    assert run.report["mean_e2e_latency_ms"] == front + 7.0 + 3.0 * 3
+    with pytest.raises(PluginError) as info:
+        replay_toml(small_config(timing="fronted", requests=1, input_tokens=20_000))
+    assert rendered(info.value) == [
+        f"plugin {_name(plugin_manager, ExtrasPlugin)!r}: raised in timing provider 'fronted' "
+        "request_ms: OverflowError: prompt too long for this front end [plugin-error]"]
+
+
 def test_unknown_timing_type(compile_toml: Callable[..., Any]) -> None:
     with pytest.raises(CompileError) as info:
         compile_toml(small_config(timing="flta"), stop_after="parse")
     assert rendered(info.value) == [
         "engine.workers.aggregated.timing.type: unknown timing type 'flta' (registered: "
-        "default, exploding, fixed, flat, polynomial, table) [unknown-timing]"]
+        "default, exploding, fixed, flat, fronted, polynomial, table) [unknown-timing]"]
 
 
 def test_a_plugin_trace_format_feeds_the_replay(

@@ -309,7 +309,8 @@ class EngineRegistry:
         def make(role: RoleArgs) -> StepTimer:
             with reported_as(source, f"timing provider {name!r}"):
                 timer = factory(role)
-            return _GuardedTimer(timer, source, f"timing provider {name!r}")
+            guard = _GuardedFrontEndTimer if hasattr(timer, "request_ms") else _GuardedTimer
+            return guard(timer, source, f"timing provider {name!r}")
 
         return make
 
@@ -339,3 +340,18 @@ class _GuardedTimer:
             raise
         except Exception as exc:
             raise plugin_failure(self._source, f"{self._hook} decode_ms", exc) from exc
+
+
+class _GuardedFrontEndTimer(_GuardedTimer):
+    """A guarded timer that also has a front-end latency (``request_ms``)."""
+
+    __slots__ = ()
+
+    def request_ms(self, input_tokens: int) -> float:
+        try:
+            latency: float = self._timer.request_ms(input_tokens)  # type: ignore[attr-defined]
+        except ServesimError:
+            raise
+        except Exception as exc:
+            raise plugin_failure(self._source, f"{self._hook} request_ms", exc) from exc
+        return latency
