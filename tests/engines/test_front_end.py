@@ -10,15 +10,18 @@ from typing import Any
 
 import attrs
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from servesim.engines.disagg.engine import DisaggReplay
 from servesim.engines.kernel.requests import RequestRecord, RequestSpec
 from servesim.engines.vllm import AggregatedReplay
 from servesim.errors import ReplayError
 from servesim.payload import RoleArgs, TimingArgs
-from servesim.timing import FixedTimer
+from servesim.timing import FixedTimer, make_timer
 
 from .conftest import ListWorkload, Sim
+from .strategies import fresh, longest, replayed, roles, workloads
 
 P, D = Sim.P, Sim.D
 
@@ -131,3 +134,39 @@ def test_a_timer_with_an_invalid_front_end_latency_is_refused(bad: Any) -> None:
     assert d.code == "timing-invalid"
     assert d.path == ("engine", "workers", "aggregated", "timing")
     assert "front-end latency for a 8-token prompt" in d.message and "request_ms" in d.message
+
+
+@attrs.frozen
+class Fronted:
+    """A role's own timer plus a front end."""
+
+    passes: Any
+    fixed_ms: float
+    per_token_ms: float
+
+    def prefill_ms(self, batch: int, mean_isl: float, mean_prefix: float) -> float:
+        return float(self.passes.prefill_ms(batch, mean_isl, mean_prefix))
+
+    def decode_ms(self, batch: int, active: int, mean_context: float, total: int) -> float:
+        return float(self.passes.decode_ms(batch, active, mean_context, total))
+
+    def request_ms(self, input_tokens: int) -> float:
+        return self.fixed_ms + self.per_token_ms * input_tokens
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_bulk_and_stepwise_agree_with_a_front_end_on_random_workloads(
+        data: st.DataObject) -> None:
+    workload = data.draw(workloads(max_requests=12, cutoffs=(None, None, 60.0)))
+    role = data.draw(roles("aggregated", longest(workload, 60), num_gpu_blocks=st.integers(
+        4, 40), timing=st.sampled_from([TimingArgs(type="fixed", prefill_ms=10.0, decode_ms=1.0),
+                                        TimingArgs(type="polynomial")])))
+    timer = Fronted(make_timer(role), data.draw(st.sampled_from([0.0, 0.5, 3.0, 25.0])),
+                    data.draw(st.sampled_from([0.0, 0.125, 1.0])))
+
+    def outcome(bulk: bool) -> Any:
+        return replayed(lambda sink: AggregatedReplay(role, timer, fresh(workload), sink, None,
+                                                      bulk_decode=bulk))[0]
+
+    assert outcome(True) == outcome(False)

@@ -254,12 +254,15 @@ class ReplayLoop(Generic[W]):
     # -- bulk advance -----------------------------------------------------------------------
 
     def _horizon(self) -> float:
-        """Time of the next event in the heap or arrival of the run."""
+        """Time of the next event in the heap or admission of the run's next arrival."""
         t_event = self.events.peek_time()
         t = float("inf") if t_event is None else t_event
         lookahead = self._lookahead
         if lookahead is not None and lookahead.arrival_ms < t:
-            t = lookahead.arrival_ms
+            at = lookahead.arrival_ms
+            if self.front_end is not None:
+                at += self.front_end(lookahead.input_length)
+            t = min(t, at)
         return t
 
     def _stamp(self, seq: SeqState) -> array:
