@@ -82,6 +82,10 @@ class BlockPool:
     def is_active(self, block: int) -> bool:
         return self._ref.get(block, 0) > 0
 
+    def count_active(self, blocks: Sequence[int]) -> int:
+        """How many of ``blocks`` are active (only active blocks have a reference count)."""
+        return sum(map(self._ref.__contains__, blocks))
+
     def identity(self, block: int) -> int | None:
         return self._hash.get(block)
 
@@ -134,7 +138,7 @@ class BlockPool:
             fresh = 0
         if fresh:
             # Reactivating an inactive reused block removes it from the evictable set.
-            evictable = len(self._lru) - sum(1 for b in reuse if not ref.get(b, 0))
+            evictable = len(self._lru) - len(reuse) + self.count_active(reuse)
             if fresh > self.num_free + evictable:
                 return False
         for block in reuse:
@@ -185,8 +189,7 @@ class BlockPool:
         """
         if fresh <= 0:
             return True
-        ref = self._ref
-        evictable = len(self._lru) - sum(1 for b in reuse if not ref.get(b, 0))
+        evictable = len(self._lru) - len(reuse) + self.count_active(reuse)
         return fresh <= self.num_free + evictable
 
     def forget(self, block: int, identity: int) -> None:

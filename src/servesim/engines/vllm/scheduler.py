@@ -327,7 +327,7 @@ class RankScheduler:
         if total_blocks > pool.num_blocks:
             return False
         _, reuse = self._prefix_cost(seq, length)
-        active_reused = sum(1 for b in reuse if pool.is_active(b))
+        active_reused = pool.count_active(reuse)
         return total_blocks - active_reused > pool.num_available
 
     def _steady_crossings(self) -> list[int]:
@@ -439,7 +439,7 @@ class RankScheduler:
             cached, reuse = self._prefix_cost(seq, length)
             # Admission: blocks this request would add to the active set must fit beside
             # the active ones; inactive cached blocks count as available (evicted on demand).
-            active_reused = sum(1 for b in reuse if pool.is_active(b))
+            active_reused = pool.count_active(reuse)
             if total_blocks - active_reused > pool.num_available:
                 break  # head-of-line blocking: nothing behind it is admitted
             if defer and length - cached > 1:
