@@ -72,6 +72,18 @@ def truncate(prompt: Sequence[Segment], length: int) -> Prompt:
     return tuple(out)
 
 
+def extend_distinct_hashes(out: list[int], previous: int, key: int, offset: int,
+                           block_size: int, first: int, stop: int) -> int:
+    """Append the identities of whole blocks ``first .. stop - 1`` that lie inside one
+    distinct segment of ``key`` (token position ``p`` holding its token ``offset + p``),
+    chained after ``previous``; the last identity. :func:`block_hashes`' own rule."""
+    h = previous
+    for b in range(first, stop):
+        h = hash((h, ((key, offset + b * block_size, block_size),)))
+        out.append(h)
+    return h
+
+
 def block_hashes(
     prompt: Sequence[Segment], block_size: int, limit: int | None = None, start: int = 0,
     previous: int = 0,
@@ -111,10 +123,8 @@ def block_hashes(
                     h = hash((h, single))
                     out.append(h)
             else:
-                key, first_offset = seg.key, seg.offset - pos
-                for b in range(block, stop):
-                    h = hash((h, ((key, first_offset + b * block_size, block_size),)))
-                    out.append(h)
+                h = extend_distinct_hashes(out, h, seg.key, seg.offset - pos, block_size,
+                                           block, stop)
             block = stop
             if seg_end == stop * block_size:
                 seg_i += 1

@@ -35,7 +35,13 @@ from servesim.engines.kernel.blocks import BlockPool
 from servesim.engines.kernel.requests import RequestRecord, RequestSpec
 from servesim.engines.kernel.speculation import BurstSampler
 from servesim.engines.kernel.state import RequestState, StateCache
-from servesim.engines.kernel.tokens import Prompt, Segment, block_hashes, generated_key
+from servesim.engines.kernel.tokens import (
+    Prompt,
+    Segment,
+    block_hashes,
+    extend_distinct_hashes,
+    generated_key,
+)
 from servesim.errors import Diagnostic, ReplayError
 from servesim.payload import RoleArgs
 from servesim.timing.base import StepTimer
@@ -795,16 +801,12 @@ class RankScheduler:
         if have >= n_blocks:
             return
         bs = self.block_size
-        start = have * bs
-        if start >= seq.prompt_len and n_blocks * bs <= seq.prompt_len + seq.generated:
-            # Only generated tokens (a decode step completing a block): the identities
-            # block_hashes gives for the distinct generated segment, without the walk.
-            key, base = generated_key(seq.spec.request_id), seq.prompt_len
-            append = seq.hashes.append
-            h = seq.hashes[-1] if have else 0
-            for lo in range(start, n_blocks * bs, bs):
-                h = hash((h, ((key, lo - base, bs),)))
-                append(h)
+        if have * bs >= seq.prompt_len and n_blocks * bs <= seq.prompt_len + seq.generated:
+            # Only generated tokens (a decode step completing a block): the generated
+            # segment's identities, without walking the prompt to it.
+            extend_distinct_hashes(seq.hashes, seq.hashes[-1] if have else 0,
+                                   generated_key(seq.spec.request_id), -seq.prompt_len, bs,
+                                   have, n_blocks)
             return
         prompt = seq.spec.prompt
         if n_blocks * bs > seq.prompt_len:
