@@ -9,8 +9,8 @@ Each aggregated row of bench/data/silicon_dev.csv is replayed the way it was mea
 request completes, ``--waves`` x concurrency requests in all (fewer when that exceeds
 ``--max-tokens`` output tokens, at least one wave), through the vLLM engine
 (``servesim.engines.vllm``) priced by the analytical timer with the row's model, GPU,
-parallelism and weight precision. TTFT and TPOT are means over every request, the
-front end's latency outside the GPU passes added to TTFT.
+parallelism and weight precision, whose front-end latency delays each request's admission
+as in ``servesim replay``. TTFT and TPOT are means over every request.
 
 Rows that cannot be simulated (disaggregated rows, models or GPUs missing from the
 catalog, no KV budget, too many tokens for the budget) are counted with their reason.
