@@ -4,7 +4,7 @@
     .venv/bin/python bench/accuracy.py --limit 0       # every row (slow)
     .venv/bin/python bench/accuracy.py --rows          # also print every row's errors
 
-Each aggregated row of bench/data/silicon_dev.csv is replayed the way it was measured
+Each row of bench/data/silicon_dev.csv is replayed the way it was measured
 (``calib.replay``): ``concurrency`` clients start together and re-send as soon as a
 request completes, ``--waves`` x concurrency requests in all (fewer when that exceeds
 ``--max-tokens`` output tokens, at least one wave), through the vLLM engine
@@ -12,9 +12,16 @@ request completes, ``--waves`` x concurrency requests in all (fewer when that ex
 parallelism and weight precision, whose front-end latency delays each request's admission
 as in ``servesim replay``. TTFT and TPOT are means over every request.
 
-Rows that cannot be simulated (disaggregated rows, models or GPUs missing from the
-catalog, no KV budget, too many tokens for the budget) are counted with their reason.
-Errors are ``predicted / measured - 1``; MAPE is the mean of their absolute values.
+P/D (disaggregated) rows are replayed the same way through the disaggregated engine:
+``prefill_num_workers`` and ``decode_num_workers`` workers of their own parallelism, the
+KV of each prompt sent over the GPUs' scale-out links (``inter_node_bw`` of the GPU times
+the GPUs of the smaller worker). ``overall`` and the backend, GPU, model and fold
+partitions are the aggregated rows, which the accuracy targets are about; P/D rows are
+reported as ``mode: disagg`` and per (GPU, backend, model).
+
+Rows that cannot be simulated (models or GPUs missing from the catalog, no KV budget, too
+many tokens for the budget) are counted with their reason. Errors are
+``predicted / measured - 1``; MAPE is the mean of their absolute values.
 """
 
 from __future__ import annotations
@@ -70,9 +77,14 @@ def main() -> int:
         e_ttft = res.ttft_ms / row.ttft_ms - 1
         e_tpot = res.tpot_ms / row.tpot_ms - 1
         done += 1
-        for key in (("overall",), ("backend", row.backend), ("gpu", row.system),
-                    ("model", row.model), ("fold", "holdout" if calib.holdout(row) else "fit"),
-                    ("gpu/backend/model", row.system, row.backend, row.model)):
+        keys: list[tuple[str, ...]] = [("mode", row.mode)]
+        if row.mode == "agg":  # the rows the targets are about
+            keys += [("overall",), ("backend", row.backend), ("gpu", row.system),
+                     ("model", row.model), ("fold", "holdout" if calib.holdout(row) else "fit"),
+                     ("gpu/backend/model", row.system, row.backend, row.model)]
+        else:
+            keys.append(("P/D gpu/backend/model", row.system, row.backend, row.model))
+        for key in keys:
             ttft[key].append(e_ttft)
             tpot[key].append(e_tpot)
         if args.rows:

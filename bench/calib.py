@@ -35,13 +35,14 @@ from pathlib import Path
 import attrs
 
 from servesim.catalog import CatalogError, load_gpu, load_model
+from servesim.engines.disagg.engine import DisaggReplay
 from servesim.engines.kernel.loop import PassWorker
 from servesim.engines.kernel.requests import RequestRecord, RequestSpec
 from servesim.engines.vllm import AggregatedReplay
 from servesim.engines.vllm.scheduler import RankScheduler
 from servesim.errors import ServesimError
 from servesim.geometry import GeometryError, default_kv_blocks, kv_bytes_per_token
-from servesim.payload import RoleArgs
+from servesim.payload import KvTransferArgs, RoleArgs
 from servesim.timing.analytical import (
     AnalyticalConstants,
     AnalyticalTimer,
@@ -97,6 +98,9 @@ class Row:
     moe_quant: str
     ttft_ms: float
     tpot_ms: float
+    # P/D rows: per pool ("prefill", "decode") its workers and each worker's tp, dp,
+    # moe_tp and moe_ep; empty for aggregated rows
+    pools: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
     def partition(self) -> tuple[str, str, str, str]:
@@ -151,6 +155,16 @@ def _parallel(raw: dict[str, str]) -> dict[str, int]:
     return {"tp": tp, "dp": dp, "moe_tp": mtp, "moe_ep": mep}
 
 
+def _pools(raw: dict[str, str]) -> dict[str, dict[str, int]]:
+    """Workers and parallel sizes of each pool of a P/D row."""
+    return {pool: {"workers": _int(raw[f"{pool}_num_workers"]),
+                   "tp": _int(raw[f"{pool}_tp_size"]),
+                   "dp": _int(raw[f"{pool}_attention_dp_size"]),
+                   "moe_tp": _int(raw[f"{pool}_moe_tp_size"]),
+                   "moe_ep": _int(raw[f"{pool}_moe_ep_size"])}
+            for pool in ("prefill", "decode")}
+
+
 def load_rows(path: Path = DATA) -> list[Row]:
     rows = []
     with path.open(newline="", encoding="utf-8") as f:
@@ -162,6 +176,7 @@ def load_rows(path: Path = DATA) -> list[Row]:
                 **_parallel(raw),
                 gemm_quant=raw["gemm_quant_mode"], moe_quant=raw["moe_quant_mode"],
                 ttft_ms=float(raw["silicon_ttft_ms"]), tpot_ms=float(raw["silicon_tpot_ms"]),
+                pools=_pools(raw) if raw["mode"] == "disagg" else {},
             ))
     return rows
 
@@ -178,12 +193,58 @@ class Setup:
     requests: int
 
 
-def setup(row: Row, *, max_tokens: int, waves: int = WAVES) -> Setup:
-    """Role, geometry and request count for one aggregated row (or :class:`Unsupported`)."""
-    if row.mode != "agg":
-        raise Unsupported("disaggregated (P/D) replay is not available in the engine yet")
+@dataclass
+class PdSetup:
+    """A P/D row: both pools' roles and geometries and the KV link between them."""
+
+    row: Row
+    prefill: RoleArgs
+    decode: RoleArgs
+    prefill_geometry: StepGeometry
+    decode_geometry: StepGeometry
+    kv: KvTransferArgs
+    requests: int
+
+
+def setup(row: Row, *, max_tokens: int, waves: int = WAVES) -> Setup | PdSetup:
+    """Roles, geometries and request count for one row (or :class:`Unsupported`)."""
     if row.concurrency < 1:
         raise Unsupported("no concurrency recorded")
+    n = _requests(row, max_tokens, waves)
+    if row.mode == "agg":
+        par = {"workers": 1, "tp": row.tp, "dp": row.dp, "moe_tp": row.moe_tp,
+               "moe_ep": row.moe_ep}
+        role, geometry, _ = _worker(row, "aggregated", par, row.concurrency)
+        return Setup(row=row, role=role, geometry=geometry, requests=n)
+    if not row.pools:
+        raise Unsupported(f"mode {row.mode!r} is not replayed")
+    pools = {pool: _worker(row, pool, par, math.ceil(row.concurrency / par["workers"]))
+             for pool, par in row.pools.items()}
+    (prefill, pgeo, kv_bpt), (decode, dgeo, _) = pools["prefill"], pools["decode"]
+    # The KV of a prompt crosses the GPUs' scale-out links (NVLink within a GB200 rack),
+    # one link per GPU of the smaller of the two workers.
+    gpus = min(prefill.tensor * prefill.attention_data, decode.tensor * decode.attention_data)
+    link = load_gpu(row.system).inter_node_bw * gpus / 1e9
+    kv = KvTransferArgs(bytes_per_token=kv_bpt, bandwidth_gb_per_second=link)
+    return PdSetup(row=row, prefill=prefill, decode=decode, prefill_geometry=pgeo,
+                   decode_geometry=dgeo, kv=kv, requests=n)
+
+
+def _requests(row: Row, max_tokens: int, waves: int) -> int:
+    c = row.concurrency
+    n = waves * c
+    if n * row.osl > max_tokens:
+        n = max(c, max_tokens // row.osl)
+    if n * row.osl > max_tokens:
+        raise Unsupported(f"closed loop of {c} x {row.osl} output tokens exceeds the "
+                          f"--max-tokens budget {max_tokens}")
+    return n
+
+
+def _worker(row: Row, worker_type: str, par: dict[str, int],
+            concurrency: int) -> tuple[RoleArgs, StepGeometry, int]:
+    """Role (``par["workers"]`` replicas), analytical geometry and KV bytes per token of
+    one kind of worker of ``row`` serving ``concurrency`` clients each."""
     name = MODEL_ALIASES.get(row.model, row.model)
     try:
         model = load_model(name)
@@ -195,7 +256,9 @@ def setup(row: Row, *, max_tokens: int, waves: int = WAVES) -> Setup:
     if model.weight_quant == "mxfp4":
         gemm = moe = None  # gpt-oss: bf16 attention + MXFP4 experts, whatever the label
     backend = row.backend
-    tp, dp = row.tp, row.dp
+    tp, dp = par["tp"], par["dp"]
+    moe_tp = par["moe_tp"] if model.is_moe else 1
+    moe_ep = par["moe_ep"] if model.is_moe else 1
     kv_dtype = model.dtype_bytes
     if (gemm or "") in ("nvfp4", "fp4") or (backend in ("trtllm", "sglang") and (
             gemm or "") in ("fp8", "fp8_block")):
@@ -207,38 +270,28 @@ def setup(row: Row, *, max_tokens: int, waves: int = WAVES) -> Setup:
         kv_bpt, _ = kv_bytes_per_token(model, tensor=tp, pipeline=1, kv_dtype_bytes=kv_dtype)
         geometry = build_geometry(
             model, gpu, backend=backend, tensor=tp, attention_data=dp,
-            moe_tensor=row.moe_tp if model.is_moe else 1,
-            moe_expert=row.moe_ep if model.is_moe else 1,
+            moe_tensor=moe_tp, moe_expert=moe_ep,
             kv_bytes_per_token=kv_bpt, gemm_quant=gemm, moe_quant=moe)
         from servesim.timing.analytical import _QUANT
 
         wbytes = _QUANT[gemm][0] if gemm in _QUANT else None
         blocks, _, _ = default_kv_blocks(
             model, gpu, backend=backend, tensor=tp, pipeline=1,  # type: ignore[arg-type]
-            moe_tensor=row.moe_tp if model.is_moe else 1,
-            moe_expert=row.moe_ep if model.is_moe else 1,
+            moe_tensor=moe_tp, moe_expert=moe_ep,
             max_batched_tokens=MAX_BATCHED_TOKENS, memory_fraction=MEMORY_FRACTION[backend],
             kv_bytes_per_token=kv_bpt, block_size=BLOCK_SIZE[backend],
             weight_dtype_bytes=wbytes)
     except (GeometryError, ServesimError) as exc:
         raise Unsupported(str(exc).splitlines()[0]) from None
-    per_rank = math.ceil(row.concurrency / dp)
+    per_rank = math.ceil(concurrency / dp)
     role = RoleArgs(
-        worker_type="aggregated", backend=backend, model=name, hardware=row.system,
-        tensor=tp, attention_data=dp,
-        moe_tensor=row.moe_tp if model.is_moe else 1,
-        moe_expert=row.moe_ep if model.is_moe else 1,
+        worker_type=worker_type, backend=backend, model=name,  # type: ignore[arg-type]
+        hardware=row.system, replicas=par["workers"], tensor=tp, attention_data=dp,
+        moe_tensor=moe_tp, moe_expert=moe_ep,
         max_batched_tokens=MAX_BATCHED_TOKENS // (dp if backend == "sglang" else 1),
         max_sequences=min(MAX_SEQS[backend], max(per_rank, 1)),
         block_size=BLOCK_SIZE[backend], kv_bytes_per_token=kv_bpt, num_gpu_blocks=blocks)
-    c = row.concurrency
-    n = waves * c
-    if n * row.osl > max_tokens:
-        n = max(c, max_tokens // row.osl)
-    if n * row.osl > max_tokens:
-        raise Unsupported(f"closed loop of {c} x {row.osl} output tokens exceeds the "
-                          f"--max-tokens budget {max_tokens}")
-    return Setup(row=row, role=role, geometry=geometry, requests=n)
+    return role, geometry, kv_bpt
 
 
 class BenchmarkLoop:
@@ -283,7 +336,7 @@ class BenchmarkLoop:
         return [self._spec(time_ms)]
 
 
-def workload(s: Setup) -> BenchmarkLoop:
+def workload(s: Setup | PdSetup) -> BenchmarkLoop:
     return BenchmarkLoop(s.row.isl, s.row.osl, s.row.concurrency, s.requests)
 
 
@@ -306,9 +359,15 @@ def summarize(records: list[RequestRecord]) -> Result:
     return Result(ttft, sum(tp) / len(tp) if tp else 0.0, len(done))
 
 
-def replay(s: Setup, constants: AnalyticalConstants) -> Result:
-    """Replay one row through the engine with the analytical timer, as it was measured."""
+def replay(s: Setup | PdSetup, constants: AnalyticalConstants) -> Result:
+    """Replay one row through the engine with the analytical timer, as it was measured
+    (P/D rows through the disaggregated engine)."""
     records: list[RequestRecord] = []
+    if isinstance(s, PdSetup):
+        DisaggReplay(s.prefill, s.decode, s.kv, workload(s), records.append,
+                     prefill_timer=AnalyticalTimer(s.prefill_geometry, constants),
+                     decode_timer=AnalyticalTimer(s.decode_geometry, constants)).run()
+        return summarize(records)
     timer = AnalyticalTimer(s.geometry, constants)
     AggregatedReplay(s.role, timer, workload(s), records.append, None).run()
     return summarize(records)
@@ -410,7 +469,7 @@ def _bin(active: int) -> int:
     return (active // step) * step + step // 2
 
 
-def record(s: Setup) -> Recording:
+def record(s: Setup | PdSetup) -> Recording:
     """Replay ``s`` once with unit prices and keep every pass (its timer calls per rank)
     and which passes count towards each request's TTFT and TPOT.
 
@@ -418,6 +477,8 @@ def record(s: Setup) -> Recording:
     arrive at pass ends, or all during the first pass), so re-pricing the recorded passes
     with any timer gives exactly what a replay with that timer gives.
     """
+    if isinstance(s, PdSetup):
+        raise Unsupported("P/D rows are replayed, not recorded")
     recorder = _Recorder()
     records: list[RequestRecord] = []
     run = AggregatedReplay(s.role, recorder, workload(s), records.append, None)
@@ -531,7 +592,7 @@ def holdout(row: Row, folds: int = 5) -> bool:
 
 
 def iter_setups(rows: list[Row], *, max_tokens: int,
-                waves: int = WAVES) -> Iterator[tuple[Row, Setup | str]]:
+                waves: int = WAVES) -> Iterator[tuple[Row, Setup | PdSetup | str]]:
     for row in rows:
         try:
             yield row, setup(row, max_tokens=max_tokens, waves=waves)
