@@ -36,10 +36,8 @@ import attrs
 
 from servesim.catalog import CatalogError, load_gpu, load_model
 from servesim.engines.disagg.engine import DisaggReplay
-from servesim.engines.kernel.loop import PassWorker
 from servesim.engines.kernel.requests import RequestRecord, RequestSpec
 from servesim.engines.vllm import AggregatedReplay
-from servesim.engines.vllm.scheduler import RankScheduler
 from servesim.errors import ServesimError
 from servesim.geometry import GeometryError, default_kv_blocks, kv_bytes_per_token
 from servesim.payload import KvTransferArgs, RoleArgs
@@ -380,22 +378,32 @@ Call = tuple[int, int, int, int]  # (0, batch, isl, prefix) or (1, batch, active
 
 
 class _Recorder:
-    """A timer that prices every call at 1 ms and keeps the calls."""
+    """One rank's timer: prices every call at 1 ms and files it under the pass the replay
+    starts now (a stepwise replay prices each pass of a rank once, when it starts)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float],
+                 pass_at: Callable[[float], list[list[Call]]]) -> None:
+        self.clock, self.pass_at = clock, pass_at
+        self.at: float | None = None
         self.calls: list[Call] = []
+
+    def _file(self, call: Call) -> float:
+        now = self.clock()
+        if now != self.at:
+            self.at, self.calls = now, []
+            self.pass_at(now).append(self.calls)
+        self.calls.append(call)
+        return 1.0
 
     def prefill_ms(self, batch: int, mean_isl: float, mean_prefix: float) -> float:
         if batch <= 0 or mean_isl <= mean_prefix:
             return 0.0
-        self.calls.append((0, batch, int(mean_isl), int(mean_prefix)))
-        return 1.0
+        return self._file((0, batch, int(mean_isl), int(mean_prefix)))
 
     def decode_ms(self, batch: int, active: int, mean_context: float, total: int) -> float:
         if batch <= 0:
             return 0.0
-        self.calls.append((1, batch, active, int(mean_context)))
-        return 1.0
+        return self._file((1, batch, active, int(mean_context)))
 
 
 @dataclass
@@ -479,11 +487,9 @@ def record(s: Setup | PdSetup) -> Recording:
     """
     if isinstance(s, PdSetup):
         raise Unsupported("P/D rows are replayed, not recorded")
-    recorder = _Recorder()
     records: list[RequestRecord] = []
-    run = AggregatedReplay(s.role, recorder, workload(s), records.append, None)
     starts: list[float] = []
-    passes: list[list[list[Call]]] = []
+    passes: list[list[list[Call]]] = []  # per pass, per rank with work: its timer calls
     at: dict[float, int] = {}
 
     def pass_at(now: float) -> list[list[Call]]:
@@ -494,33 +500,13 @@ def record(s: Setup | PdSetup) -> Recording:
             passes.append([])
         return passes[k]
 
+    # The reference stepwise replay prices every pass once, when it starts; each rank
+    # gets a recorder of its own so that a pass's calls are kept per rank.
+    run = AggregatedReplay(s.role, _Recorder(lambda: run.now, pass_at), workload(s),
+                           records.append, None, bulk_decode=False)
     for worker in run.workers:
         for rank in worker.ranks:
-            inner = rank.execute_pass
-            inner_bulk = rank.advance_steady
-
-            def wrapped(now: float, *args: object,
-                        _inner: Callable[..., object] = inner) -> object:
-                ranks = pass_at(now)
-                start = len(recorder.calls)
-                out = _inner(now, *args)
-                ranks.append(recorder.calls[start:])
-                return out
-
-            def bulk(steps: int, *args: object, _inner: Callable[..., object] = inner_bulk,
-                     _rank: RankScheduler = rank, _worker: PassWorker = worker) -> object:
-                # homogeneous decode steps applied at once, one unit-price pass each,
-                # starting where the worker's run of steady passes started
-                n = len(_rank.running)
-                active = sum(q.prompt_len + q.generated for q in _rank.running)
-                t0 = _worker.pass_start
-                for j in range(steps):
-                    a = active + n * j
-                    pass_at(t0 + j).append([(1, n, a, a // n)])
-                return _inner(steps, *args)
-
-            rank.execute_pass = wrapped  # type: ignore[method-assign,assignment]
-            rank.advance_steady = bulk  # type: ignore[method-assign,assignment]
+            rank.timer = _Recorder(lambda: run.now, pass_at)
     run.run()
     # pass end times under the recorder's unit prices
     index: dict[float, int] = {}
