@@ -28,17 +28,18 @@ P, D = Sim.P, Sim.D
 
 @attrs.frozen
 class FrontEndTimer:
-    """Fixed pass prices plus a front end of ``fixed_ms + per_token_ms * prompt``."""
+    """A front end of ``fixed_ms + per_token_ms * prompt`` on ``passes``' pass prices
+    (fixed P and D by default)."""
 
     fixed_ms: Any
     per_token_ms: float = 0.0
-    passes: FixedTimer = FixedTimer(prefill_ms=P, decode_ms=D)
+    passes: Any = FixedTimer(prefill_ms=P, decode_ms=D)
 
     def prefill_ms(self, batch: int, mean_isl: float, mean_prefix: float) -> float:
-        return self.passes.prefill_ms(batch, mean_isl, mean_prefix)
+        return float(self.passes.prefill_ms(batch, mean_isl, mean_prefix))
 
     def decode_ms(self, batch: int, active: int, mean_context: float, total: int) -> float:
-        return self.passes.decode_ms(batch, active, mean_context, total)
+        return float(self.passes.decode_ms(batch, active, mean_context, total))
 
     def request_ms(self, input_tokens: int) -> Any:
         if not self.per_token_ms:
@@ -136,24 +137,6 @@ def test_a_timer_with_an_invalid_front_end_latency_is_refused(bad: Any) -> None:
     assert "front-end latency for a 8-token prompt" in d.message and "request_ms" in d.message
 
 
-@attrs.frozen
-class Fronted:
-    """A role's own timer plus a front end."""
-
-    passes: Any
-    fixed_ms: float
-    per_token_ms: float
-
-    def prefill_ms(self, batch: int, mean_isl: float, mean_prefix: float) -> float:
-        return float(self.passes.prefill_ms(batch, mean_isl, mean_prefix))
-
-    def decode_ms(self, batch: int, active: int, mean_context: float, total: int) -> float:
-        return float(self.passes.decode_ms(batch, active, mean_context, total))
-
-    def request_ms(self, input_tokens: int) -> float:
-        return self.fixed_ms + self.per_token_ms * input_tokens
-
-
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_bulk_and_stepwise_agree_with_a_front_end_on_random_workloads(
@@ -162,8 +145,8 @@ def test_bulk_and_stepwise_agree_with_a_front_end_on_random_workloads(
     role = data.draw(roles("aggregated", longest(workload, 60), num_gpu_blocks=st.integers(
         4, 40), timing=st.sampled_from([TimingArgs(type="fixed", prefill_ms=10.0, decode_ms=1.0),
                                         TimingArgs(type="polynomial")])))
-    timer = Fronted(make_timer(role), data.draw(st.sampled_from([0.0, 0.5, 3.0, 25.0])),
-                    data.draw(st.sampled_from([0.0, 0.125, 1.0])))
+    timer = FrontEndTimer(data.draw(st.sampled_from([0.0, 0.5, 3.0, 25.0])),
+                          data.draw(st.sampled_from([0.0, 0.125, 1.0])), make_timer(role))
 
     def outcome(bulk: bool) -> Any:
         return replayed(lambda sink: AggregatedReplay(role, timer, fresh(workload), sink, None,
