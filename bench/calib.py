@@ -96,6 +96,8 @@ class Row:
     moe_quant: str
     ttft_ms: float
     tpot_ms: float
+    # why ``concurrency`` is 0 (unknown), if it is
+    load_problem: str = ""
     # P/D rows: per pool ("prefill", "decode") its workers and each worker's tp, dp,
     # moe_tp and moe_ep; empty for aggregated rows
     pools: dict[str, dict[str, int]] = field(default_factory=dict)
@@ -113,14 +115,28 @@ def _int(value: str, default: int = 1) -> int:
     return v if v > 0 else default
 
 
-def _concurrency(raw: dict[str, str]) -> int:
-    """Client concurrency of one worker: ``batch_size`` per attention-DP rank times the
-    ranks (the ids of replicated deployments name the total over all replicas)."""
-    bs = _int(raw.get("batch_size", ""), 0)
-    if bs:
-        return bs * _int(raw.get("attention_dp_size", ""))
+def _concurrency(raw: dict[str, str]) -> tuple[int, str]:
+    """Client concurrency of one worker, or 0 and why it is unknown.
+
+    The benchmark's client concurrency is ``silicon_concurrency`` (the id's ``c<N>``).
+    Aggregated rows also record ``batch_size`` per attention-DP rank; the two agree on
+    almost every row. Where they disagree the row is not replayed: some sources name the
+    total over several replicas there, others a server batch limit, and the measured
+    figures fit neither reading. A row with only ``batch_size`` (its id names no
+    concurrency) is not replayed either: its TTFTs of tens of seconds show more clients
+    than the batch.
+    """
     m = re.search(r"silicon_concurrency=(\d+)", raw.get("silicon_data_source", ""))
-    return int(m.group(1)) if m else 0
+    clients = int(m.group(1)) if m else 0
+    bs = _int(raw.get("batch_size", ""), 0)
+    if not bs:
+        return clients, "" if clients else "no concurrency recorded"
+    per_worker = bs * _int(raw.get("attention_dp_size", ""))
+    if not clients:
+        return 0, "no client concurrency recorded (only batch_size)"
+    if per_worker != clients:
+        return 0, "batch_size x attention DP disagrees with the recorded concurrency"
+    return clients, ""
 
 
 def _parallel(raw: dict[str, str]) -> dict[str, int]:
@@ -154,8 +170,8 @@ def _parallel(raw: dict[str, str]) -> dict[str, int]:
 
 
 def _pools(raw: dict[str, str]) -> dict[str, dict[str, int]]:
-    """Workers and parallel sizes of each pool of a P/D row."""
-    return {pool: {"workers": _int(raw[f"{pool}_num_workers"]),
+    """Workers and parallel sizes of each pool of a P/D row (0 workers: not recorded)."""
+    return {pool: {"workers": _int(raw[f"{pool}_num_workers"], 0),
                    "tp": _int(raw[f"{pool}_tp_size"]),
                    "dp": _int(raw[f"{pool}_attention_dp_size"]),
                    "moe_tp": _int(raw[f"{pool}_moe_tp_size"]),
@@ -167,10 +183,11 @@ def load_rows(path: Path = DATA) -> list[Row]:
     rows = []
     with path.open(newline="", encoding="utf-8") as f:
         for raw in csv.DictReader(f):
+            concurrency, load_problem = _concurrency(raw)
             rows.append(Row(
                 id=raw["id"], backend=raw["backend"], system=raw["system"],
                 model=raw["model_path"], mode=raw["mode"], isl=int(raw["isl"]),
-                osl=int(raw["osl"]), concurrency=_concurrency(raw),
+                osl=int(raw["osl"]), concurrency=concurrency, load_problem=load_problem,
                 **_parallel(raw),
                 gemm_quant=raw["gemm_quant_mode"], moe_quant=raw["moe_quant_mode"],
                 ttft_ms=float(raw["silicon_ttft_ms"]), tpot_ms=float(raw["silicon_tpot_ms"]),
@@ -207,7 +224,7 @@ class PdSetup:
 def setup(row: Row, *, max_tokens: int, waves: int = WAVES) -> Setup | PdSetup:
     """Roles, geometries and request count for one row (or :class:`Unsupported`)."""
     if row.concurrency < 1:
-        raise Unsupported("no concurrency recorded")
+        raise Unsupported(row.load_problem or "no concurrency recorded")
     n = _requests(row, max_tokens, waves)
     if row.mode == "agg":
         par = {"workers": 1, "tp": row.tp, "dp": row.dp, "moe_tp": row.moe_tp,
@@ -216,6 +233,11 @@ def setup(row: Row, *, max_tokens: int, waves: int = WAVES) -> Setup | PdSetup:
         return Setup(row=row, role=role, geometry=geometry, requests=n)
     if not row.pools:
         raise Unsupported(f"mode {row.mode!r} is not replayed")
+    if not all(par["workers"] for par in row.pools.values()):
+        # Most P/D sources leave the worker counts empty. The deployment behind them is
+        # unknown (one prefill worker cannot sustain their measured TTFT at high
+        # concurrency), so such rows are not replayed rather than guessed.
+        raise Unsupported("P/D worker counts not recorded")
     pools = {pool: _worker(row, pool, par, math.ceil(row.concurrency / par["workers"]))
              for pool, par in row.pools.items()}
     (prefill, pgeo, kv_bpt), (decode, dgeo, _) = pools["prefill"], pools["decode"]
