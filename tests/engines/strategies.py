@@ -27,6 +27,7 @@ OUTPUTS = st.integers(0, 6)
 TURN_OUTPUTS = st.integers(0, 3)
 RATE_PAIRS = st.sampled_from([(1.0, 1.0), (0.7, 0.4), (0.0, 0.0)])
 SEEDS = st.integers(0, 3)
+BACKENDS = st.sampled_from(["vllm", "trtllm"])  # the backends of the vLLM-core scheduler
 FIXED_TIMINGS = st.builds(TimingArgs, type=st.just("fixed"),
                           prefill_ms=st.sampled_from([0.0, 2.0, 10.0]),
                           decode_ms=st.sampled_from([0.0, 1.0, 2.5]))
@@ -70,8 +71,15 @@ def longest(workload: ListWorkload, room: int) -> int:
 @st.composite
 def roles(draw: st.DrawFn, worker_type: str, longest: int, *, max_batched: int = 12,
           **fields: Any) -> RoleArgs:
-    """A vLLM role; ``fields`` override the drawn values (a value, or a strategy to draw)."""
+    """A role of the vLLM-core scheduler, vLLM or TensorRT-LLM (whose admission never
+    preempts; a state cache is vLLM's only); ``fields`` override the drawn values (a value,
+    or a strategy to draw)."""
     chunked = draw(fields.pop("enable_chunked_prefill", st.booleans()))
+    if fields.get("state_cache") is not None:
+        fields.setdefault("backend", "vllm")
+    backend = fields.pop("backend", BACKENDS)
+    if isinstance(backend, st.SearchStrategy):
+        backend = draw(backend)
     strategies: dict[str, Any] = {
         "block_size": st.integers(2, 4),
         "num_gpu_blocks": st.integers(1, 16),
@@ -89,7 +97,7 @@ def roles(draw: st.DrawFn, worker_type: str, longest: int, *, max_batched: int =
     values = {k: draw(v) if isinstance(v, st.SearchStrategy) else v
               for k, v in strategies.items()}
     return RoleArgs(worker_type=worker_type,  # type: ignore[arg-type]
-                    backend="vllm", model="m", hardware="h", enable_chunked_prefill=chunked,
+                    backend=backend, model="m", hardware="h", enable_chunked_prefill=chunked,
                     **values)
 
 
@@ -132,8 +140,11 @@ def state_blocks(role: RoleArgs) -> int:
 
 
 def token_cap(role: RoleArgs) -> int:
-    """The longest sequence (prompt plus output) the role can hold."""
-    cap = (role.num_gpu_blocks - state_blocks(role)) * role.block_size + 1
+    """The longest sequence (prompt plus output) the role can hold: vLLM never computes
+    the last token's KV, TensorRT-LLM clamps the output to the pool (spec R2)."""
+    cap = (role.num_gpu_blocks - state_blocks(role)) * role.block_size
+    if role.backend != "trtllm":
+        cap += 1
     return cap if role.max_model_len is None else min(cap, role.max_model_len)
 
 

@@ -17,6 +17,7 @@ from servesim.timing import make_timer
 
 from .conftest import ListWorkload
 from .strategies import (
+    BACKENDS,
     fresh,
     kv_transfers,
     longest,
@@ -34,7 +35,8 @@ ROOM = 80  # session turns repeat a prompt and its output
 
 @st.composite
 def bulk_roles(draw: st.DrawFn, worker_type: str, longest: int, *, state: bool | None = None,
-               speculation: SpeculationArgs | None = None) -> RoleArgs:
+               speculation: SpeculationArgs | None = None,
+               backend: str | None = None) -> RoleArgs:
     if state is None:
         state = draw(st.integers(0, 4)) == 0
     state_blocks = draw(st.integers(1, 2)) if state else 0
@@ -42,6 +44,7 @@ def bulk_roles(draw: st.DrawFn, worker_type: str, longest: int, *, state: bool |
         speculation = draw(speculations())
     return draw(roles(
         worker_type, longest, max_batched=16,
+        backend=backend or ("vllm" if state else BACKENDS),
         block_size=st.integers(1, 4),
         num_gpu_blocks=st.integers(state_blocks + 1, 40),
         state_cache=StateCacheArgs(bytes_per_request=1, state_blocks=state_blocks,
@@ -92,8 +95,11 @@ def test_bulk_decode_matches_the_stepwise_replay_disaggregated(data: st.DataObje
     state = data.draw(st.integers(0, 4)) == 0  # both roles or neither
     speculation = data.draw(st.one_of(st.none(), st.none(), speculations(
         rates=st.sampled_from([(1.0, 1.0), (0.7, 0.4)]))))
-    case = (data.draw(bulk_roles("prefill", room, state=state, speculation=speculation)),
-            data.draw(bulk_roles("decode", room, state=state, speculation=speculation)),
+    backend = "vllm" if state else data.draw(BACKENDS)  # one backend for both pools
+    case = (data.draw(bulk_roles("prefill", room, state=state, speculation=speculation,
+                                 backend=backend)),
+            data.draw(bulk_roles("decode", room, state=state, speculation=speculation,
+                                 backend=backend)),
             data.draw(kv_transfers()), workload)
     bulk = _disaggregated(case, True)
     step = _disaggregated(case, False)

@@ -15,6 +15,7 @@ from servesim.payload import KvTransferArgs, RoleArgs, StateCacheArgs
 
 from .conftest import ListWorkload
 from .strategies import (
+    BACKENDS,
     Sink,
     check_drained,
     check_records,
@@ -39,6 +40,7 @@ def scenarios(draw: st.DrawFn) -> Case:
     # Both roles or neither carry a state cache; speculation is deployment-wide.
     state = draw(st.booleans())
     speculation = draw(st.one_of(st.none(), speculations()))
+    backend = "vllm" if state else draw(BACKENDS)  # one backend for both pools
 
     def role(worker_type: str) -> RoleArgs:
         state_blocks = draw(st.integers(1, 2)) if state else 0
@@ -47,7 +49,8 @@ def scenarios(draw: st.DrawFn) -> Case:
                                                      state_blocks=state_blocks,
                                                      allocated_bytes_per_request=1)
                           if state else None,
-                          speculation=speculation, tensor=st.sampled_from([1, 2])))
+                          speculation=speculation, tensor=st.sampled_from([1, 2]),
+                          backend=backend))
 
     return role("prefill"), role("decode"), kv, workload
 

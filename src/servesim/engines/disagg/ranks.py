@@ -9,7 +9,8 @@ pass logic; these subclasses add only what a handoff needs:
   (the transfer completed);
 * :class:`DecodeRank` reserves a destination lease before the KV arrives
   (:meth:`DecodeRank.reserve_destination`, reusing prompt blocks already resident on the
-  rank, plus a working state for the transferred recurrent state), turns it into a
+  rank, plus a working state for the transferred recurrent state; TensorRT-LLM takes
+  fresh blocks only, once the whole sequence fits), turns it into a
   *materialized* request when the transfer completes
   (:meth:`DecodeRank.activate_destination`: prompt computed, blocks cache-visible), and
   admits materialized requests ahead of the ordinary waiting queue with no prefill work.
@@ -127,12 +128,17 @@ class DecodeRank(RankScheduler):
         seq = self.new_seq(spec, record)
         bs = self.block_size
         blocks = -(-seq.prompt_len // bs)
+        pool = self.pool
         hits: list[int] = []
-        if self.caching:
+        if self.no_evict:
+            # TensorRT-LLM (FreshOnly): fresh blocks for the whole prompt, once the whole
+            # sequence fits beside what the admitted and reserved requests may still take.
+            if -(-seq.stop_len // bs) > pool.num_available - self._promised():
+                return None
+        elif self.caching:
             full = seq.prompt_len // bs
             self._ensure_hashes(seq, full)
-            hits = self.pool.lookup(seq.hashes, full)
-        pool = self.pool
+            hits = pool.lookup(seq.hashes, full)
         # Token blocks and the working state for the transferred state, all or nothing.
         if not pool.fits(blocks - len(hits) + self.state_blocks, hits):
             return None
@@ -164,6 +170,12 @@ class DecodeRank(RankScheduler):
         if self.state is not None and seq.state is not None:
             self.state.release(seq.state, done=True)
         seq.num_published = 0
+
+    def _promised(self) -> int:
+        bs = self.block_size
+        return super()._promised() + sum(
+            -(-seq.stop_len // bs) - len(seq.lease)
+            for seq in (*self.reserved, *self.materialized))
 
     def _intake_blocked(self) -> bool:
         if self.materialized and len(self.running) < self.max_sequences:

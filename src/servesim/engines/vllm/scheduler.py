@@ -6,7 +6,10 @@ One :meth:`RankScheduler.execute_pass` is one engine iteration:
    (a decoding request needs one token, a prefilling one a prompt chunk); an allocation
    failure preempts the most recently admitted request (LIFO; FIFO on request);
 2. only if nothing was preempted, waiting requests are admitted FCFS with head-of-line
-   blocking, each after a prefix-cache probe and the admission check;
+   blocking, each after a prefix-cache probe and the admission check (vLLM: the known
+   sequence fits now; TensorRT-LLM's GUARANTEED_NO_EVICT: the whole sequence, prompt
+   plus output, fits beside what the admitted requests may still take, so a TensorRT-LLM
+   rank never preempts);
 3. requests whose computed length caught up with their sequence emit one token.
 
 A decoded token is appended to the sequence at once but its KV is computed by the next
@@ -27,6 +30,7 @@ aligned boundaries.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from typing import Final
 
 import attrs
@@ -163,8 +167,16 @@ class RankScheduler:
         if spec is not None and role.worker_type != "prefill":
             self.sampler = BurstSampler(spec.acceptance_rates, spec.seed, rank_offset)
         self.mtp = spec is not None and spec.kind == "mtp"
-        # The working state takes its blocks beside the tokens.
-        self.len_cap = (role.num_gpu_blocks - self.state_blocks) * role.block_size + 1
+        # TensorRT-LLM's GUARANTEED_NO_EVICT capacity policy (spec §5.4): a request is
+        # admitted only when the blocks of its whole sequence fit beside the blocks every
+        # admitted request may still take, so nothing is ever preempted; its output is
+        # clamped to what the pool holds (R2). vLLM admits what fits now and preempts.
+        self.no_evict = role.backend == "trtllm"
+        # The working state takes its blocks beside the tokens; vLLM's last token needs no
+        # KV (it is never computed).
+        self.len_cap = (role.num_gpu_blocks - self.state_blocks) * role.block_size
+        if not self.no_evict:
+            self.len_cap += 1
         if role.max_model_len is not None:
             self.len_cap = min(self.len_cap, role.max_model_len)
         self.waiting: deque[SeqState] = deque()
@@ -328,13 +340,34 @@ class RankScheduler:
         if self.max_model_len is not None and seq.prompt_len >= self.max_model_len:
             return False
         length = seq.prompt_len + seq.generated
-        total_blocks = -(-length // self.block_size) + self.state_blocks
-        pool = self.pool
-        if total_blocks > pool.num_blocks:
+        if -(-length // self.block_size) + self.state_blocks > self.pool.num_blocks:
             return False
         _, reuse = self._prefix_cost(seq, length)
+        return not self._admits(seq, length, reuse)
+
+    def _admits(self, seq: SeqState, length: int, reuse: Sequence[int]) -> bool:
+        """Whether the pool takes waiting ``seq`` (``length`` tokens, referencing the cached
+        blocks ``reuse``) beside the admitted requests (spec §5.4).
+
+        vLLM: the blocks it would add to the active set now must be available (inactive
+        cached blocks count, they are evicted on demand). GUARANTEED_NO_EVICT: the blocks
+        of its whole sequence must be, beyond those the admitted requests may still take.
+        Either way a blocked head stays blocked while no request finishes: decode steps
+        take blocks out of the available ones (and, without eviction, out of the promised
+        ones too) and publish only blocks of their own output.
+        """
+        pool = self.pool
         active_reused = pool.count_active(reuse)
-        return total_blocks - active_reused > pool.num_available
+        if self.no_evict:
+            need = -(-seq.stop_len // self.block_size) - active_reused
+            return need <= pool.num_available - self._promised()
+        total_blocks = -(-length // self.block_size) + self.state_blocks
+        return total_blocks - active_reused <= pool.num_available
+
+    def _promised(self) -> int:
+        """Blocks the admitted requests may still take before they complete (no-evict)."""
+        bs = self.block_size
+        return sum(-(-seq.stop_len // bs) - len(seq.lease) for seq in self.running)
 
     def _steady_crossings(self) -> list[int]:
         """Per running request, the first steady step that needs a new block."""
@@ -443,10 +476,7 @@ class RankScheduler:
                 self._reject(seq, out)
                 continue
             cached, reuse = self._prefix_cost(seq, length)
-            # Admission: blocks this request would add to the active set must fit beside
-            # the active ones; inactive cached blocks count as available (evicted on demand).
-            active_reused = pool.count_active(reuse)
-            if total_blocks - active_reused > pool.num_available:
+            if not self._admits(seq, length, reuse):
                 break  # head-of-line blocking: nothing behind it is admitted
             if defer and length - cached > 1:
                 break
@@ -690,6 +720,7 @@ class RankScheduler:
 
     def _preempt(self, victim: SeqState) -> None:
         """Recompute-style preemption: drop all KV (it stays cached) and requeue at front."""
+        assert not self.no_evict, "GUARANTEED_NO_EVICT admitted more than the pool holds"
         del self.running[victim]
         if victim.pass_id == self._pass_id:
             # Scheduled earlier in this pass: give its tokens back to the budget.
