@@ -396,7 +396,10 @@ def replay(s: Setup | PdSetup, constants: AnalyticalConstants) -> Result:
 # ---------------------------------------------------------------------------------------------
 # Recording and re-pricing
 
-Call = tuple[int, int, int, int]  # (0, batch, isl, prefix) or (1, batch, active_kv, mean_ctx)
+# (0, batch, isl, prefix, 0), (1, batch, active_kv, mean_ctx, 0) or, for a prefill priced
+# with the prompt tokens of every attention-DP rank of the pass, (2, batch, isl, prefix,
+# group_tokens)
+Call = tuple[int, int, int, int, int]
 
 
 class _Recorder:
@@ -420,12 +423,21 @@ class _Recorder:
     def prefill_ms(self, batch: int, mean_isl: float, mean_prefix: float) -> float:
         if batch <= 0 or mean_isl <= mean_prefix:
             return 0.0
-        return self._file((0, batch, int(mean_isl), int(mean_prefix)))
+        return self._file((0, batch, int(mean_isl), int(mean_prefix), 0))
+
+    def prefill_group_ms(self, batch: int, mean_isl: float, mean_prefix: float,
+                         group_tokens: int) -> float:
+        """The worker re-prices this rank's prefill half of the pass: replace its call."""
+        if batch <= 0 or mean_isl <= mean_prefix:
+            return 0.0
+        self.calls.remove((0, batch, int(mean_isl), int(mean_prefix), 0))
+        self.calls.append((2, batch, int(mean_isl), int(mean_prefix), group_tokens))
+        return 1.0
 
     def decode_ms(self, batch: int, active: int, mean_context: float, total: int) -> float:
         if batch <= 0:
             return 0.0
-        return self._file((1, batch, active, int(mean_context)))
+        return self._file((1, batch, active, int(mean_context), 0))
 
 
 @dataclass
@@ -457,8 +469,9 @@ class Recording:
         if self._plan is None:
             self._plan = _plan(self.signatures)
         calls, sigs = self._plan
-        pf, dc = timer.prefill_ms, timer.decode_ms
-        price = [pf(a, b, c) if kind == 0 else dc(a, b, c, 0) for kind, a, b, c in calls]
+        pf, dc, gp = timer.prefill_ms, timer.decode_ms, timer.prefill_group_ms
+        price = [pf(a, b, c) if kind == 0 else dc(a, b, c, 0) if kind == 1 else gp(a, b, c, g)
+                 for kind, a, b, c, g in calls]
         ttft = tpot = 0.0
         for sig, wt, wp in zip(sigs, self.ttft_w, self.tpot_w, strict=True):
             d = 0.0
@@ -574,7 +587,7 @@ def signature(ranks: Sequence[Sequence[Call]]) -> tuple[tuple[Call, ...], ...]:
         for c in calls:
             if c[0] == 1:
                 a = _bin(c[2])
-                sig.append((1, c[1], a, a // c[1]))
+                sig.append((1, c[1], a, a // c[1], 0))
             else:
                 sig.append(c)
         out.add(tuple(sig))

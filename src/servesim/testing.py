@@ -64,11 +64,12 @@ def small_config(*, engine: str | None = None, options: Mapping[str, Any] | None
                  concurrency: int = 4, prefill_ms: float = 10.0, decode_ms: float = 2.0,
                  timing: str = "fixed", blocks: int = 4096, block_size: int = 16,
                  max_sequences: int | None = None, replicas: int = 1,
-                 extra: str = "") -> str:
+                 attention_data: int = 1, extra: str = "") -> str:
     """TOML of a small aggregated deployment that replays in milliseconds.
 
     Qwen3-32B on one H200, a fixed pool of ``blocks`` x ``block_size`` tokens, fixed step
-    times (or another ``timing`` type, without the fixed values), ``requests`` synthetic
+    times (or another ``timing`` type, without the fixed values), ``replicas`` workers of
+    ``attention_data`` ranks, ``requests`` synthetic
     requests from ``concurrency`` clients. ``engine``/``options`` fill ``engine.engine``
     and ``[engine.options]``; ``extra`` is appended verbatim.
     """
@@ -78,6 +79,8 @@ def small_config(*, engine: str | None = None, options: Mapping[str, Any] | None
     if options is not None:
         lines.append(f"options = {_toml_value(dict(options))}")
     lines += ["[engine.workers.aggregated.parallelism]", f"replicas = {replicas}"]
+    if attention_data != 1:
+        lines.append(f"attention_data = {attention_data}")
     if max_sequences is not None:
         lines += ["[engine.workers.aggregated.scheduler]", f"max_sequences = {max_sequences}"]
     lines += ["[engine.workers.aggregated.kv_cache]", f"block_size = {block_size}",

@@ -39,6 +39,22 @@ class ListWorkload:
         ]
 
 
+class GroupTimer:
+    """Fixed halves (prefill 10 ms, decode 1 ms), but a prefill half priced together with
+    the other attention-DP ranks' prompt tokens costs 10 ms plus 1 ms per group token."""
+
+    def prefill_ms(self, batch: int, mean_isl: float, mean_prefix: float) -> float:
+        return 10.0 if batch else 0.0
+
+    def prefill_group_ms(self, batch: int, mean_isl: float, mean_prefix: float,
+                         group_tokens: int) -> float:
+        return 10.0 + group_tokens if batch else 0.0
+
+    def decode_ms(self, batch: int, active_kv_tokens: int, mean_context: float,
+                  total_kv_tokens: int) -> float:
+        return 1.0 if batch else 0.0
+
+
 class Sim:
     """Builders shared by the engine tests (exposed through the ``sim`` fixture)."""
 

@@ -26,7 +26,7 @@ from servesim.payload import (
 )
 from servesim.timing import make_timer
 
-from .conftest import ListWorkload, Sim
+from .conftest import GroupTimer, ListWorkload, Sim
 
 P = 10.0
 D = 1.0
@@ -517,3 +517,17 @@ def test_zero_time_preemption_cycle_waits_for_the_transfer() -> None:
     records, stats, replay = run_pd(workload, prefill=prefill, decode=decode, kv=kv)
     assert stats.completed == 3 and len(records[1].token_times) == 6
     assert_drained(replay)
+
+
+def test_prefill_ranks_prefilling_together_are_priced_with_all_their_tokens() -> None:
+    # A two-rank prefill worker computes requests 0 and 1 (4 + 6 prompt tokens) in one
+    # pass: each rank's prefill half is priced with the group's 10 tokens (10 + 10 ms,
+    # see GroupTimer), then one decode pass (1 ms); no link, so no transfer time.
+    prefill = prefill_role(attention_data=2)
+    records: dict[int, RequestRecord] = {}
+    replay = DisaggReplay(prefill, decode_role(), None,
+                          ListWorkload([Sim.spec(0, 4, 1), Sim.spec(1, 6, 1)]),
+                          lambda r: records.__setitem__(r.request_id, r),
+                          prefill_timer=GroupTimer(), decode_timer=GroupTimer())
+    replay.run()
+    assert records[0].token_times == records[1].token_times == array("d", [21.0])

@@ -8,10 +8,12 @@ from typing import Any
 import pytest
 
 from servesim.engines.kernel.requests import RequestRecord
-from servesim.engines.vllm import RankScheduler, replay_aggregated
+from servesim.engines.vllm import AggregatedReplay, RankScheduler, replay_aggregated
 from servesim.errors import ReplayError
 from servesim.payload import TimingArgs
 from servesim.timing import make_timer
+
+from .conftest import GroupTimer
 
 
 def test_r1_prompt_at_or_above_max_model_len_is_rejected(sim: Any) -> None:
@@ -82,6 +84,21 @@ def test_lockstep_attention_dp_ends_passes_at_the_slowest_rank(sim: Any) -> None
     assert records[1].token_times == array("d", [22.0])
     assert stats.passes == 3 and stats.worker_busy_ms == (23.0,)
     assert records[0].decode_worker == records[1].decode_worker == 0
+
+
+def test_ranks_prefilling_in_one_pass_are_priced_with_all_their_tokens(sim: Any) -> None:
+    # Requests 0 and 1 land on ranks 0 and 1 and prefill 4 + 6 tokens in the first pass:
+    # both prefill halves cost 10 + 10 ms. Request 2 arrives at 30 and prefills alone on
+    # rank 0 while rank 1 decodes request 1: its own price, 10 ms (+ 1 ms decode).
+    role = sim.role(attention_data=2)
+    specs = [sim.spec(0, 4, 1), sim.spec(1, 6, 40), sim.spec(2, 4, 1, arrival=30.0)]
+    records: dict[int, RequestRecord] = {}
+    replay = AggregatedReplay(role, GroupTimer(), sim.ListWorkload(specs),
+                              lambda r: records.__setitem__(r.request_id, r), None)
+    replay.run()
+    assert records[0].token_times == array("d", [21.0])
+    assert records[1].token_times[0] == 21.0
+    assert records[2].token_times == array("d", [41.0])
 
 
 def test_round_robin_over_workers_then_ranks(sim: Any) -> None:

@@ -128,10 +128,31 @@ class _Fronted:
         return 5.0 + 0.01 * input_tokens
 
 
+class _Grouped:
+    """Flat pass prices, but a prefill half shared with other attention-DP ranks costs
+    7 ms plus 0.01 ms per prompt token of the group."""
+
+    def __init__(self, role: RoleArgs) -> None:
+        self.passes = _flat(role)
+
+    def prefill_ms(self, batch: int, mean_isl: float, mean_prefix: float) -> float:
+        return self.passes.prefill_ms(batch, mean_isl, mean_prefix)
+
+    def prefill_group_ms(self, batch: int, mean_isl: float, mean_prefix: float,
+                         group_tokens: int) -> float:
+        if group_tokens > 10_000:
+            raise OverflowError("too many prompt tokens at once")
+        return 7.0 + 0.01 * group_tokens
+
+    def decode_ms(self, batch: int, active: int, mean_context: float, total: int) -> float:
+        return self.passes.decode_ms(batch, active, mean_context, total)
+
+
 class ExtrasPlugin:
     @hookimpl
     def servesim_register_timing_providers(self) -> Mapping[str, Callable[..., StepTimer]]:
-        return {"flat": _flat, "exploding": lambda role: _Exploding(), "fronted": _Fronted}
+        return {"flat": _flat, "exploding": lambda role: _Exploding(), "fronted": _Fronted,
+                "grouped": _Grouped}
 
     @hookimpl
     def servesim_register_trace_formats(self) -> Mapping[str, TraceLoader]:
@@ -245,12 +266,28 @@ def test_a_plugin_timer_s_front_end_latency_delays_admission(
         "request_ms: OverflowError: prompt too long for this front end [plugin-error]"]
 
 
+def test_a_plugin_timer_prices_ranks_prefilling_together(
+        replay_toml: Callable[..., ReplayRun], plugin_manager: Any) -> None:
+    # Two clients start together on the two ranks of one worker: both 256-token prompts
+    # are computed in the first pass, priced together (7 + 0.01 x 512 ms).
+    text = small_config(timing="grouped", requests=2, concurrency=2, output_tokens=1,
+                        attention_data=2)
+    run = replay_toml(text)
+    assert run.report["mean_ttft_ms"] == 7.0 + 0.01 * 512 + 3.0
+    with pytest.raises(PluginError) as info:
+        replay_toml(small_config(timing="grouped", requests=2, concurrency=2,
+                                 attention_data=2, input_tokens=8_000))
+    assert rendered(info.value) == [
+        f"plugin {_name(plugin_manager, ExtrasPlugin)!r}: raised in timing provider 'grouped' "
+        "prefill_group_ms: OverflowError: too many prompt tokens at once [plugin-error]"]
+
+
 def test_unknown_timing_type(compile_toml: Callable[..., Any]) -> None:
     with pytest.raises(CompileError) as info:
         compile_toml(small_config(timing="flta"), stop_after="parse")
     assert rendered(info.value) == [
         "engine.workers.aggregated.timing.type: unknown timing type 'flta' (registered: "
-        "default, exploding, fixed, flat, fronted, polynomial, table) [unknown-timing]"]
+        "default, exploding, fixed, flat, fronted, grouped, polynomial, table) [unknown-timing]"]
 
 
 def test_a_plugin_trace_format_feeds_the_replay(

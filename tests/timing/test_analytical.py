@@ -262,3 +262,18 @@ def test_a_lone_prefill_under_attention_dp_feeds_the_experts_its_own_tokens() ->
                       moe_expert=8).prefill_ms(1, 8192, 0)
 
     assert prefill(8) == pytest.approx(prefill(2), rel=0.02)
+
+
+def test_ranks_prefilling_together_feed_the_experts_all_their_tokens() -> None:
+    # Eight attention-DP ranks each prefilling 2048 tokens in one pass: the experts see
+    # 16384 tokens, so each rank's prefill half is dearer than a lone 2048-token prefill;
+    # with its own tokens only, the group price is the lone price.
+    t = _timer("deepseek-ai/DeepSeek-R1", "b200_sxm", tensor=1, attention_data=8,
+               moe_expert=8)
+    lone = t.prefill_ms(1, 2048, 0)
+    assert t.prefill_group_ms(1, 2048, 0, 2048) == lone
+    two, eight = (t.prefill_group_ms(1, 2048, 0, n * 2048) for n in (2, 8))
+    assert lone <= two < eight  # two ranks' tokens still only read the experts' weights
+    # no experts, nothing shared
+    dense = _timer("Qwen/Qwen3-32B", "h100_sxm", attention_data=2)
+    assert dense.prefill_group_ms(1, 2048, 0, 4096) == dense.prefill_ms(1, 2048, 0)

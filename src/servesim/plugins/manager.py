@@ -24,6 +24,7 @@ import pluggy
 from servesim.engines.base import Engine
 from servesim.errors import Diagnostic, ServesimError
 from servesim.plugins import hookspecs
+from servesim.timing.base import prefill_group_ms
 
 if TYPE_CHECKING:
     from servesim.payload import RoleArgs
@@ -340,6 +341,17 @@ class _GuardedTimer:
             raise
         except Exception as exc:
             raise plugin_failure(self._source, f"{self._hook} decode_ms", exc) from exc
+
+    def prefill_group_ms(self, batch: int, mean_isl: float, mean_prefix: float,
+                         group_tokens: int) -> float:
+        """The plugin's group price, or its ``prefill_ms`` when it has none."""
+        try:
+            return prefill_group_ms(self._timer, batch, mean_isl, mean_prefix, group_tokens)
+        except ServesimError:
+            raise
+        except Exception as exc:
+            raise plugin_failure(self._source, f"{self._hook} prefill_group_ms",
+                                 exc) from exc
 
 
 class _GuardedFrontEndTimer(_GuardedTimer):

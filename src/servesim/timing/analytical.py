@@ -730,6 +730,22 @@ class AnalyticalTimer:
                 + o.request_layer_us * 1e-3 * self._geo.num_layers)
 
     def prefill_ms(self, batch: int, mean_isl: float, mean_prefix: float) -> float:
+        # A price is per rank: under attention data parallelism the experts see this
+        # rank's prompt tokens (plus the other ranks' decode tokens, priced by their
+        # decode half). In steady serving, prompts reach the ranks at different times, so
+        # assuming every rank prefills the same chunk at once would multiply the expert
+        # work of a lone prefill by the number of ranks; a pass where several ranks do
+        # prefill is priced by prefill_group_ms.
+        return self._prefill_ms(batch, mean_isl, mean_prefix, None)
+
+    def prefill_group_ms(self, batch: int, mean_isl: float, mean_prefix: float,
+                         group_tokens: int) -> float:
+        """This rank's prefill half when the worker's attention-DP ranks compute
+        ``group_tokens`` prompt tokens together: the experts see all of them."""
+        return self._prefill_ms(batch, mean_isl, mean_prefix, group_tokens)
+
+    def _prefill_ms(self, batch: int, mean_isl: float, mean_prefix: float,
+                    group_tokens: int | None) -> float:
         new = mean_isl - mean_prefix
         if batch <= 0 or new <= 0:
             return 0.0
@@ -737,12 +753,7 @@ class AnalyticalTimer:
         o = self._over
         b = float(batch)
         tokens = b * new
-        # A price is per rank: under attention data parallelism the experts see this
-        # rank's prompt tokens (plus the other ranks' decode tokens, priced by their
-        # decode half). In steady serving, prompts reach the ranks at different times, so
-        # assuming every rank prefills the same chunk at once would multiply the expert
-        # work of a lone prefill by the number of ranks.
-        moe_tokens = tokens
+        moe_tokens = tokens if group_tokens is None else max(tokens, float(group_tokens))
         gemm = self._gemm_s(tokens, moe_tokens)
         comm = self._comm_s(tokens, latency=self._standalone)
         # attention

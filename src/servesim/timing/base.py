@@ -22,6 +22,12 @@ class StepTimer(Protocol):
     spends in the serving front end (HTTP handling, tokenisation) before the scheduler
     sees it. The engines admit each request that much after its arrival (see
     :func:`front_end`); a timer without the method adds none.
+
+    And ``prefill_group_ms(batch, mean_isl, mean_prefix, group_tokens) -> float``: the
+    prefill half of one attention-DP rank in a pass where the ranks of its worker compute
+    ``group_tokens`` prompt tokens together (mixture-of-experts layers see them all). The
+    engines call it, instead of :meth:`prefill_ms`, for the ranks of a pass in which more
+    than one rank prefilled; a timer without it prices every rank on its own.
     """
 
     def prefill_ms(self, batch: int, mean_isl: float, mean_prefix: float) -> float:
@@ -54,3 +60,14 @@ def front_end(timer: StepTimer, path: tuple[str, ...]) -> Callable[[int], float]
             path=path)])
 
     return latency
+
+
+def prefill_group_ms(timer: StepTimer, batch: int, mean_isl: float, mean_prefix: float,
+                     group_tokens: int) -> float:
+    """``timer``'s ``prefill_group_ms``, or its ``prefill_ms`` when it has none (for
+    timers that wrap another one)."""
+    price = getattr(timer, "prefill_group_ms", None)
+    if price is None:
+        return timer.prefill_ms(batch, mean_isl, mean_prefix)
+    value: float = price(batch, mean_isl, mean_prefix, group_tokens)
+    return value

@@ -26,7 +26,7 @@ from servesim.engines.kernel.requests import RequestRecord, RequestSpec
 from servesim.engines.kernel.state import RequestState
 from servesim.engines.vllm.scheduler import RUNNING, WAITING, RankPass, RankScheduler, SeqState
 from servesim.payload import RoleArgs
-from servesim.timing.base import StepTimer
+from servesim.timing.base import StepTimer, prefill_group_ms
 
 
 @attrs.frozen(slots=True)
@@ -37,6 +37,10 @@ class _NoDecodeTimer:
 
     def prefill_ms(self, batch: int, mean_isl: float, mean_prefix: float) -> float:
         return self.inner.prefill_ms(batch, mean_isl, mean_prefix)
+
+    def prefill_group_ms(self, batch: int, mean_isl: float, mean_prefix: float,
+                         group_tokens: int) -> float:
+        return prefill_group_ms(self.inner, batch, mean_isl, mean_prefix, group_tokens)
 
     def decode_ms(
         self, batch: int, active_kv_tokens: int, mean_context: float, total_kv_tokens: int

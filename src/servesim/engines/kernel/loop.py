@@ -209,6 +209,7 @@ class ReplayLoop(Generic[W]):
         rank), whether anything progressed."""
         now = self.now
         results: list[RankPass] = []
+        ran: list[RankScheduler] = []
         duration = 0.0
         progressed = False
         dp_size = len(worker.ranks)
@@ -217,11 +218,33 @@ class ReplayLoop(Generic[W]):
                 continue
             res = rank.execute_pass(now, worker.wave_step, dp_size)
             results.append(res)
+            ran.append(rank)
             progressed = progressed or res.progressed
             d = res.duration_ms
             if d > duration:
                 duration = d
+        if len(results) > 1:
+            duration = self._price_group_prefill(ran, results, duration)
         return results, duration, progressed
+
+    @staticmethod
+    def _price_group_prefill(ranks: list[RankScheduler], results: list[RankPass],
+                             duration: float) -> float:
+        """Re-price the prefill halves of a pass in which several attention-DP ranks
+        computed prompt tokens, with all of them (the timers' ``prefill_group_ms``: their
+        experts see every rank's tokens); the worker's duration."""
+        group = sum(res.prefill_tokens for res in results)
+        if not any(0 < res.prefill_tokens < group for res in results):
+            return duration  # at most one rank prefilled: its own price holds
+        duration = 0.0
+        for rank, res in zip(ranks, results, strict=True):
+            price = getattr(rank.timer, "prefill_group_ms", None)
+            if price is not None and res.prefill_args is not None:
+                res.prefill_ms = price(*res.prefill_args, group)
+            d = res.duration_ms
+            if d > duration:
+                duration = d
+        return duration
 
     def _launch(self, worker: W, results: list[RankPass], duration: float) -> None:
         self.passes += 1

@@ -124,6 +124,10 @@ class RankPass:
 
     prefill_ms: float = 0.0
     decode_ms: float = 0.0
+    # what the prefill half was priced from: (batch, mean_isl, mean_prefix), and the
+    # prompt tokens computed (a worker re-prices it with its ranks' tokens together)
+    prefill_args: tuple[int, int, int] | None = None
+    prefill_tokens: int = 0
     # One entry per emitted token: a speculative burst lists its request once per token.
     emitted: list[SeqState] = attrs.field(factory=list)
     finished: list[SeqState] = attrs.field(factory=list)  # completed at the end of the pass
@@ -290,7 +294,9 @@ class RankScheduler:
             out.progressed = True
         if self._batch:
             b = self._batch
-            out.prefill_ms = self.timer.prefill_ms(b, self._isl // b, self._prefix // b)
+            out.prefill_args = args = (b, self._isl // b, self._prefix // b)
+            out.prefill_tokens = self._isl - self._prefix
+            out.prefill_ms = self.timer.prefill_ms(*args)
         self._emit_ready_tokens(scheduled, out)
         return out
 
