@@ -18,7 +18,9 @@ pass logic; these subclasses add only what a handoff needs:
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
+from collections.abc import Iterable
 
 import attrs
 
@@ -175,11 +177,8 @@ class DecodeRank(RankScheduler):
             self.state.release(seq.state, done=True)
         seq.num_published = 0
 
-    def _promised(self) -> int:
-        bs = self.block_size
-        return super()._promised() + sum(
-            -(-seq.stop_len // bs) - len(seq.lease)
-            for seq in (*self.reserved, *self.materialized))
+    def _admitted(self) -> Iterable[SeqState]:
+        return itertools.chain(self.running, self.reserved, self.materialized)
 
     def _intake_blocked(self) -> bool:
         if self.materialized and len(self.running) < self.max_sequences:

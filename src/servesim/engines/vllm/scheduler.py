@@ -30,7 +30,7 @@ aligned boundaries.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Final
 
 import attrs
@@ -373,7 +373,11 @@ class RankScheduler:
     def _promised(self) -> int:
         """Blocks the admitted requests may still take before they complete (no-evict)."""
         bs = self.block_size
-        return sum(-(-seq.stop_len // bs) - len(seq.lease) for seq in self.running)
+        return sum(-(-seq.stop_len // bs) - len(seq.lease) for seq in self._admitted())
+
+    def _admitted(self) -> Iterable[SeqState]:
+        """The requests this rank has taken on (holding blocks or promised some)."""
+        return self.running
 
     def _steady_crossings(self) -> list[int]:
         """Per running request, the first steady step that needs a new block."""
