@@ -148,11 +148,23 @@ class _Grouped:
         return self.passes.decode_ms(batch, active, mean_context, total)
 
 
+class _Invalid:
+    """Prices a prefill at ``value`` (set per test) and a decode step at 1 ms."""
+
+    value: Any = float("nan")
+
+    def prefill_ms(self, batch: int, mean_isl: float, mean_prefix: float) -> float:
+        return _Invalid.value if batch else 0.0
+
+    def decode_ms(self, batch: int, active: int, mean_context: float, total: int) -> float:
+        return 1.0 if batch else 0.0
+
+
 class ExtrasPlugin:
     @hookimpl
     def servesim_register_timing_providers(self) -> Mapping[str, Callable[..., StepTimer]]:
         return {"flat": _flat, "exploding": lambda role: _Exploding(), "fronted": _Fronted,
-                "grouped": _Grouped}
+                "grouped": _Grouped, "invalid": lambda role: _Invalid()}
 
     @hookimpl
     def servesim_register_trace_formats(self) -> Mapping[str, TraceLoader]:
@@ -282,12 +294,27 @@ def test_a_plugin_timer_prices_ranks_prefilling_together(
         "prefill_group_ms: OverflowError: too many prompt tokens at once [plugin-error]"]
 
 
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -1.0, "10", None, True])
+def test_a_plugin_timer_s_invalid_price_names_the_plugin(
+        replay_toml: Callable[..., ReplayRun], plugin_manager: Any,
+        monkeypatch: pytest.MonkeyPatch, value: Any) -> None:
+    monkeypatch.setattr(_Invalid, "value", value)
+    with pytest.raises(PluginError) as info:
+        replay_toml(small_config(timing="invalid", requests=1, concurrency=1,
+                                 input_tokens=32))
+    assert rendered(info.value) == [
+        f"plugin {_name(plugin_manager, ExtrasPlugin)!r}: timing provider 'invalid' "
+        f"prefill_ms(1, 32, 0) returned {value!r}; a price must be a finite number of "
+        "ms >= 0 [plugin-error]"]
+
+
 def test_unknown_timing_type(compile_toml: Callable[..., Any]) -> None:
     with pytest.raises(CompileError) as info:
         compile_toml(small_config(timing="flta"), stop_after="parse")
     assert rendered(info.value) == [
         "engine.workers.aggregated.timing.type: unknown timing type 'flta' (registered: "
-        "default, exploding, fixed, flat, fronted, grouped, polynomial, table) [unknown-timing]"]
+        "default, exploding, fixed, flat, fronted, grouped, invalid, polynomial, table) "
+        "[unknown-timing]"]
 
 
 def test_a_plugin_trace_format_feeds_the_replay(

@@ -9,6 +9,7 @@ registered - becomes a :class:`PluginError` naming the plugin, its package and t
 
 from __future__ import annotations
 
+import math
 import os
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -317,41 +318,44 @@ class EngineRegistry:
 
 
 class _GuardedTimer:
-    """A third-party :class:`StepTimer` whose exceptions name the plugin."""
+    """A third-party :class:`StepTimer` whose exceptions and invalid prices (not a finite
+    number of ms >= 0) name the plugin."""
 
     __slots__ = ("_hook", "_source", "_timer")
 
     def __init__(self, timer: StepTimer, source: PluginSource, hook: str) -> None:
         self._timer, self._source, self._hook = timer, source, hook
 
-    def prefill_ms(self, batch: int, mean_isl: float, mean_prefix: float) -> float:
+    def _price(self, method: str, price: Callable[..., Any], *args: Any) -> float:
         try:
-            return self._timer.prefill_ms(batch, mean_isl, mean_prefix)
+            value = price(*args)
         except ServesimError:
             raise
         except Exception as exc:
-            raise plugin_failure(self._source, f"{self._hook} prefill_ms", exc) from exc
+            raise plugin_failure(self._source, f"{self._hook} {method}", exc) from exc
+        if isinstance(value, bool) or not isinstance(value, int | float) or not (
+                0.0 <= value < math.inf):
+            raise PluginError([Diagnostic(
+                code="plugin-error", location=f"plugin {self._source.label()}",
+                message=f"{self._hook} {method}{args} returned {value!r}; a price must be a "
+                        f"finite number of ms >= 0",
+                hint="this is a bug in the plugin, not in servesim or your input; report it "
+                     "to the plugin's authors")])
+        return float(value)
+
+    def prefill_ms(self, batch: int, mean_isl: float, mean_prefix: float) -> float:
+        return self._price("prefill_ms", self._timer.prefill_ms, batch, mean_isl, mean_prefix)
 
     def decode_ms(self, batch: int, active_kv_tokens: int, mean_context: float,
                   total_kv_tokens: int) -> float:
-        try:
-            return self._timer.decode_ms(batch, active_kv_tokens, mean_context,
-                                         total_kv_tokens)
-        except ServesimError:
-            raise
-        except Exception as exc:
-            raise plugin_failure(self._source, f"{self._hook} decode_ms", exc) from exc
+        return self._price("decode_ms", self._timer.decode_ms, batch, active_kv_tokens,
+                           mean_context, total_kv_tokens)
 
     def prefill_group_ms(self, batch: int, mean_isl: float, mean_prefix: float,
                          group_tokens: int) -> float:
         """The plugin's group price, or its ``prefill_ms`` when it has none."""
-        try:
-            return prefill_group_ms(self._timer, batch, mean_isl, mean_prefix, group_tokens)
-        except ServesimError:
-            raise
-        except Exception as exc:
-            raise plugin_failure(self._source, f"{self._hook} prefill_group_ms",
-                                 exc) from exc
+        return self._price("prefill_group_ms", partial(prefill_group_ms, self._timer), batch,
+                           mean_isl, mean_prefix, group_tokens)
 
 
 class _GuardedFrontEndTimer(_GuardedTimer):
