@@ -59,6 +59,13 @@ def backend_fields(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
         yield _d("backend-field", (*path, "scheduler", "prefill_decode_interval"),
                  f"prefill_decode_interval is supported only for backend=sglang, got "
                  f"backend={r.backend}")
+    elif r.prefill_decode_interval != 0:
+        # It spaces SGLang's prefill-only passes, which the replay does not model yet:
+        # refused rather than silently ignored.
+        yield _d("not-supported", (*path, "scheduler", "prefill_decode_interval"),
+                 "prefill_decode_interval is not supported yet: SGLang deployments replay "
+                 "on the vLLM-style scheduler, without SGLang's separate prefill passes",
+                 "remove it (0, the default, is supported)")
     if not r.enable_chunked_prefill and r.backend == "sglang":
         yield _d("backend-field", ("engine", "enable_chunked_prefill"),
                  "enable_chunked_prefill = false is not supported for backend=sglang")
