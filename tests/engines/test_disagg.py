@@ -531,3 +531,30 @@ def test_prefill_ranks_prefilling_together_are_priced_with_all_their_tokens() ->
                           prefill_timer=GroupTimer(), decode_timer=GroupTimer())
     replay.run()
     assert records[0].token_times == records[1].token_times == array("d", [21.0])
+
+
+def test_work_handed_over_at_the_same_instant_is_not_taken_for_a_zero_time_cycle() -> None:
+    # Free prefill on both pools: request 0's decode rank keeps preempting and
+    # recomputing it at t = 2 while the prefill worker hands over follow-up turns at that
+    # same instant. The decode worker's own state repeats between handovers, which is
+    # not a cycle (a hypothesis case once reported it as a stuck replay).
+    def turn(rid: int, *parts: tuple[int, int], out: int = 0) -> RequestSpec:
+        return Sim.spec(rid, Sim.prompt((0, 1), *parts), out)
+
+    free = TimingArgs(type="fixed", prefill_ms=0.0, decode_ms=0.0)
+    prefill = prefill_role(max_batched_tokens=1, max_sequences=1, block_size=2,
+                           num_gpu_blocks=2, prefix_caching=False, timing=free)
+    decode = decode_role(max_batched_tokens=1, max_sequences=3, block_size=2,
+                         num_gpu_blocks=3, prefix_caching=False,
+                         timing=TimingArgs(type="fixed", prefill_ms=0.0, decode_ms=1.0))
+    specs = [turn(0, out=3)] + [turn(i) for i in range(1, 6)]
+    followups = {0: [turn(100, (-1, 3), (3, 1))], 1: [turn(101, (3, 2))],
+                 3: [turn(103, (3, 1))], 4: [turn(104, (3, 1))]}
+    records: dict[int, RequestRecord] = {}
+    DisaggReplay(prefill, decode, None, ListWorkload(specs, followups=followups),
+                 lambda r: records.__setitem__(r.request_id, r)).run()
+    assert len(records) == 10
+    # turn 100's five tokens never fit the two-block prefill pool
+    assert {r.request_id for r in records.values() if r.status != "completed"} == {100}
+    assert records[100].status == "rejected"
+    assert len(records[0].token_times) == 3

@@ -273,10 +273,13 @@ class DisaggReplay(ReplayLoop[PoolWorker]):
             for seq in res.rejected:
                 self._reject(self.flights[seq.spec.request_id], now)
 
-    @staticmethod
-    def _fingerprint(worker: PoolWorker) -> tuple[Any, ...]:
-        """Everything the next pass of ``worker`` depends on (cycle detection)."""
-        out: list[Any] = [worker.wave_step % worker.ranks[0].prefill_interval]
+    def _fingerprint(self, worker: PoolWorker) -> tuple[Any, ...]:
+        """Everything the next pass of ``worker`` depends on (cycle detection), and the
+        run's arrival, transfer and terminal counts: work the other pool hands over at the
+        same instant changes the worker's state without it cycling."""
+        out: list[Any] = [self.num_requests, self.transfers, self.counts["completed"],
+                          self.counts["rejected"],
+                          worker.wave_step % worker.ranks[0].prefill_interval]
         for rank in worker.ranks:
             out.append(tuple((s.spec.request_id, s.num_computed, s.generated, len(s.lease))
                              for s in rank.running))
