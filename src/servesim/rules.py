@@ -60,11 +60,11 @@ def backend_fields(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
                  f"prefill_decode_interval is supported only for backend=sglang, got "
                  f"backend={r.backend}")
     elif r.prefill_decode_interval != 0:
-        # It spaces SGLang's prefill-only passes, which the replay does not model yet:
-        # refused rather than silently ignored.
+        # It spaces SGLang's prefill passes, which the replay runs whenever there is
+        # prompt work: refused rather than silently ignored.
         yield _d("not-supported", (*path, "scheduler", "prefill_decode_interval"),
-                 "prefill_decode_interval is not supported yet: SGLang deployments replay "
-                 "on the vLLM-style scheduler, without SGLang's separate prefill passes",
+                 "prefill_decode_interval is not supported yet: the replay runs SGLang's "
+                 "prefill passes whenever there is prompt work",
                  "remove it (0, the default, is supported)")
     if not r.enable_chunked_prefill and r.backend == "sglang":
         yield _d("backend-field", ("engine", "enable_chunked_prefill"),

@@ -155,12 +155,12 @@ def test_case_05_scheduler_intervals_are_backend_specific() -> None:
     neutral = compile_ok(QWEN + 'backend = "sglang"\n[engine.workers.aggregated.scheduler]\n'
                                 "prefill_schedule_interval = 1\nprefill_decode_interval = 0\n")
     assert role(neutral).prefill_decode_interval == 0
-    # SGLang's own interval spaces its separate prefill passes, which are not replayed yet
+    # SGLang's own interval spaces its prefill passes; the replay does not space them yet
     assert errors(QWEN + 'backend = "sglang"\n[engine.workers.aggregated.scheduler]\n'
                          "prefill_decode_interval = 2\n") == [
         "engine.workers.aggregated.scheduler.prefill_decode_interval: prefill_decode_interval "
-        "is not supported yet: SGLang deployments replay on the vLLM-style scheduler, without "
-        "SGLang's separate prefill passes [not-supported]\n"
+        "is not supported yet: the replay runs SGLang's prefill passes whenever there is "
+        "prompt work [not-supported]\n"
         "  hint: remove it (0, the default, is supported)"]
 
 

@@ -27,7 +27,7 @@ OUTPUTS = st.integers(0, 6)
 TURN_OUTPUTS = st.integers(0, 3)
 RATE_PAIRS = st.sampled_from([(1.0, 1.0), (0.7, 0.4), (0.0, 0.0)])
 SEEDS = st.integers(0, 3)
-BACKENDS = st.sampled_from(["vllm", "trtllm"])  # the backends of the vLLM-core scheduler
+BACKENDS = st.sampled_from(["vllm", "trtllm", "sglang"])
 FIXED_TIMINGS = st.builds(TimingArgs, type=st.just("fixed"),
                           prefill_ms=st.sampled_from([0.0, 2.0, 10.0]),
                           decode_ms=st.sampled_from([0.0, 1.0, 2.5]))
@@ -71,9 +71,9 @@ def longest(workload: ListWorkload, room: int) -> int:
 @st.composite
 def roles(draw: st.DrawFn, worker_type: str, longest: int, *, max_batched: int = 12,
           **fields: Any) -> RoleArgs:
-    """A role of the vLLM-core scheduler, vLLM or TensorRT-LLM (whose admission never
-    preempts; a state cache is vLLM's only); ``fields`` override the drawn values (a value,
-    or a strategy to draw)."""
+    """A role of the vLLM-core scheduler: vLLM, TensorRT-LLM (whose admission never
+    preempts) or SGLang (separate prefill passes); a state cache is vLLM's only.
+    ``fields`` override the drawn values (a value, or a strategy to draw)."""
     chunked = draw(fields.pop("enable_chunked_prefill", st.booleans()))
     if fields.get("state_cache") is not None:
         fields.setdefault("backend", "vllm")

@@ -277,3 +277,13 @@ def test_ranks_prefilling_together_feed_the_experts_all_their_tokens() -> None:
     # no experts, nothing shared
     dense = _timer("Qwen/Qwen3-32B", "h100_sxm", attention_data=2)
     assert dense.prefill_group_ms(1, 2048, 0, 4096) == dense.prefill_ms(1, 2048, 0)
+
+
+def test_sglang_prices_a_pass_with_prompt_work_as_a_whole_forward() -> None:
+    # SGLang never mixes prompt work with decode steps, so its aggregated workers price
+    # a prompt pass like a prefill worker does, not as the margin over a decode forward.
+    def prefill(backend: str, worker_type: str) -> float:
+        return _timer(backend=backend, worker_type=worker_type).prefill_ms(1, 1024, 0)
+
+    assert prefill("sglang", "aggregated") == prefill("sglang", "prefill")
+    assert prefill("vllm", "aggregated") < prefill("vllm", "prefill")

@@ -42,7 +42,8 @@ the weights once. For roles that decode (``aggregated``, ``decode``) ``decode_ms
 full forward of the decode tokens (weights, KV reads, per-pass overheads) and
 ``prefill_ms`` is the *marginal* cost the prompt tokens add to that forward (compute above
 the weight-read floor, attention, communication bandwidth, per-prompt overhead). A
-``prefill`` role never decodes, so its ``prefill_ms`` is a whole forward pass.
+``prefill`` role never decodes, and SGLang never mixes prompt work with decode steps in
+one pass, so there ``prefill_ms`` is a whole forward pass.
 """
 
 from __future__ import annotations
@@ -612,7 +613,9 @@ class AnalyticalTimer:
                 code="timing-unsupported",
                 message=f"no analytical overhead constants for backend {g.backend!r} "
                 f"(known: {', '.join(sorted(c.backends))})")]) from None
-        self._standalone = g.worker_type == "prefill"
+        # a pass with prompt work is a whole forward on prefill workers and on SGLang,
+        # which never mixes it with decode steps; else the prompt adds to a decode forward
+        self._standalone = g.worker_type == "prefill" or g.backend == "sglang"
         self._classes = g.classes
         self._weight_floor_s = self._gemm_s(1, 1)
 

@@ -12,6 +12,11 @@ One :meth:`RankScheduler.execute_pass` is one engine iteration:
    rank never preempts);
 3. requests whose computed length caught up with their sequence emit one token.
 
+SGLang (spec §5.10) runs prompt work and decode steps in separate passes: a pass extends
+prompts (chunk continuations and admissions) whenever one can run, the decoding requests
+wait it out, and the first tokens it completes come out of it without decode time or
+speculative drafts; otherwise the pass decodes.
+
 A decoded token is appended to the sequence at once but its KV is computed by the next
 pass, so a decoding request always has ``length - computed == 1`` ("dangling" token).
 Token times are not known here (a worker's pass ends at its slowest rank); the caller
@@ -176,6 +181,8 @@ class RankScheduler:
         # admitted request may still take, so nothing is ever preempted; its output is
         # clamped to what the pool holds (R2). vLLM admits what fits now and preempts.
         self.no_evict = role.backend == "trtllm"
+        # SGLang runs prompt work and decode steps in separate passes (spec §5.10).
+        self.separate_prefill = role.backend == "sglang"
         # The working state takes its blocks beside the tokens; vLLM's last token needs no
         # KV (it is never computed).
         self.len_cap = (role.num_gpu_blocks - self.state_blocks) * role.block_size
@@ -243,6 +250,12 @@ class RankScheduler:
             and not self._prefill_capacity_bound
             and any(s.num_computed >= s.prompt_len for s in self.running)
         )
+        # SGLang: a pass either extends prompts (chunk continuations and admissions; the
+        # decoding requests wait) or decodes, and it extends whenever there is prompt work.
+        extend = self.separate_prefill and not defer and (
+            any(s.num_computed < max(s.prompt_len, s.prompt_len + s.generated - 1)
+                for s in self.running)
+            or not self._intake_blocked())
         # Phase A: running requests. A snapshot, because preemption removes members;
         # a preempted one is skipped by its status.
         pass_id, bs, caching, fast = self._pass_id, self.block_size, self.caching, self.fast_decode
@@ -256,6 +269,8 @@ class RankScheduler:
             c = seq.num_computed
             if defer and c < seq.prompt_len:
                 continue  # prompt chunks wait for the group's next prefill wave
+            if extend and c >= seq.prompt_len and c + 1 >= seq.prompt_len + seq.generated:
+                continue  # a decoding request waits out an extend pass
             if fast and c + 1 == seq.prompt_len + seq.generated and c >= seq.prompt_len and (
                 c < len(seq.lease) * bs
             ) and (stateless or _plain_write(seq.state)):
@@ -286,7 +301,7 @@ class RankScheduler:
                 # Requests left waiting for capacity let the next pass admit again even
                 # off the prefill cadence.
                 self._prefill_capacity_bound = bool(self.waiting)
-        if self.sampler is not None:
+        if self.sampler is not None and not extend:
             before = self._preemptions
             self._reserve_bursts(scheduled)
             preempted_any = preempted_any or self._preemptions != before
@@ -297,7 +312,7 @@ class RankScheduler:
             out.prefill_args = args = (b, self._isl // b, self._prefix // b)
             out.prefill_tokens = self._isl - self._prefix
             out.prefill_ms = self.timer.prefill_ms(*args)
-        self._emit_ready_tokens(scheduled, out)
+        self._emit_ready_tokens(scheduled, out, decode=not extend)
         return out
 
     # -- bulk advance of steady decode (spec §5.6; ARCHITECTURE "Replay kernel and speed") --
@@ -750,9 +765,12 @@ class RankScheduler:
         self.waiting.appendleft(victim)
         self._preemptions += 1
 
-    def _emit_ready_tokens(self, scheduled: list[SeqState], out: RankPass) -> None:
+    def _emit_ready_tokens(self, scheduled: list[SeqState], out: RankPass,
+                           decode: bool = True) -> None:
+        """Emit the tokens of the pass. Without ``decode`` (an SGLang extend pass) the
+        tokens come out of the prompt forward: no decode time, one token each."""
         if self.state is not None or self.sampler is not None:
-            self._emit_general(scheduled, out)
+            self._emit_general(scheduled, out, decode)
             return
         ready: list[SeqState] = []
         active = 0
@@ -770,7 +788,9 @@ class RankScheduler:
                 active += length
         if ready:
             n = len(ready)
-            out.decode_ms = self.timer.decode_ms(n, active, active // n, self.total_kv_tokens)
+            if decode:
+                out.decode_ms = self.timer.decode_ms(n, active, active // n,
+                                                     self.total_kv_tokens)
             out.emitted = ready  # each gets exactly one token
             for seq in ready:
                 g = seq.generated + 1
@@ -778,7 +798,7 @@ class RankScheduler:
                 if seq.prompt_len + g >= seq.stop_len:
                     self._finish(seq, out)
 
-    def _emit_general(self, scheduled: list[SeqState], out: RankPass) -> None:
+    def _emit_general(self, scheduled: list[SeqState], out: RankPass, decode: bool) -> None:
         """:meth:`_emit_ready_tokens` with speculative bursts and state-cache steps."""
         ready: list[SeqState] = []
         active = 0
@@ -802,8 +822,11 @@ class RankScheduler:
         if not ready:
             return
         n = len(ready)
-        out.decode_ms = self.timer.decode_ms(n, active, active // n, self.total_kv_tokens)
-        sampler, caching, bs = self.sampler, self.caching, self.block_size
+        sampler = None
+        if decode:
+            out.decode_ms = self.timer.decode_ms(n, active, active // n, self.total_kv_tokens)
+            sampler = self.sampler
+        caching, bs = self.caching, self.block_size
         emitted: list[SeqState] = []
         for seq in ready:
             length = seq.prompt_len + seq.generated
