@@ -202,9 +202,14 @@ def test_case_47_transfer_delay_math() -> None:
 # -- TTFT decomposition and the bandwidth sweep ---------------------------------------------
 
 
-def test_single_request_ttft_is_prefill_plus_transfer_plus_one_decode_pass() -> None:
+@pytest.mark.parametrize("backend", ["vllm", "sglang"])
+def test_single_request_ttft_is_prefill_plus_transfer_plus_one_decode_pass(
+        backend: str) -> None:
+    # (an SGLang decode rank's first token needs a decode pass too: no prompt work there)
     n = 5
-    records, stats, replay = run_pd([Sim.spec(0, 128, n, arrival=3.0)], kv=link(4.0))
+    records, stats, replay = run_pd([Sim.spec(0, 128, n, arrival=3.0)], kv=link(4.0),
+                                    prefill=prefill_role(backend=backend),
+                                    decode=decode_role(backend=backend))
     r = records[0]
     assert r.status == "completed" and r.prefill_worker == 0 and r.decode_worker == 0
     # 10 ms prefill (its hidden token costs no decode time), 128 * 1e6 B at 4 GB/s = 32 ms,

@@ -183,7 +183,7 @@ class DecodeRank(RankScheduler):
     def _intake_blocked(self) -> bool:
         if self.materialized and len(self.running) < self.max_sequences:
             return False
-        return super()._intake_blocked()
+        return self._waiting_blocked()
 
     def _admit_waiting(
         self, scheduled: list[SeqState], out: RankPass, now: float, defer: bool

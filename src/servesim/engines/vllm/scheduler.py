@@ -255,7 +255,7 @@ class RankScheduler:
         extend = self.separate_prefill and not defer and (
             any(s.num_computed < max(s.prompt_len, s.prompt_len + s.generated - 1)
                 for s in self.running)
-            or not self._intake_blocked())
+            or not self._waiting_blocked())
         # Phase A: running requests. A snapshot, because preemption removes members;
         # a preempted one is skipped by its status.
         pass_id, bs, caching, fast = self._pass_id, self.block_size, self.caching, self.fast_decode
@@ -352,6 +352,10 @@ class RankScheduler:
     def _intake_blocked(self) -> bool:
         """The next pass admits and rejects nothing, and neither do later ones as long as no
         request finishes (see :meth:`steady_plan`); pure apart from hash memoization."""
+        return self._waiting_blocked()
+
+    def _waiting_blocked(self) -> bool:
+        """:meth:`_intake_blocked` for the ordinary waiting queue (prompt work)."""
         waiting = self.waiting
         if not waiting or len(self.running) >= self.max_sequences:
             return True
