@@ -16,13 +16,7 @@ from servesim.engines.kernel.requests import RequestRecord, RequestSpec
 from servesim.timing import make_timer
 
 from .conftest import ListWorkload, Sim
-from .test_disagg import decode_role, prefill_role
-
-
-def record_for(spec: RequestSpec) -> RequestRecord:
-    return RequestRecord(request_id=spec.request_id, arrival_ms=spec.arrival_ms,
-                         input_length=spec.input_length,
-                         requested_output_length=spec.output_length, status="incomplete")
+from .test_disagg import decode_role, prefill_role, record_for
 
 
 def _three_requests(sim: Any) -> list[RequestSpec]:
