@@ -129,6 +129,16 @@ def test_case_03_backend_block_size_and_memory_fraction(backend: str, block_size
     assert compile_ok(explicit).roles == compile_ok(text).roles
 
 
+@pytest.mark.parametrize(("backend", "dp", "budget"),
+                         [("sglang", 1, 8192), ("sglang", 4, 2048), ("vllm", 4, 8192)])
+def test_sglang_token_budget_is_its_chunked_prefill_size_split_over_dp_ranks(
+        backend: str, dp: int, budget: int) -> None:
+    text = QWEN + f'backend = "{backend}"\n' + AGG + f"parallelism = {{ attention_data = {dp} }}\n"
+    assert role(compile_ok(text)).max_batched_tokens == budget
+    authored = text + "scheduler = { max_batched_tokens = 1000 }\n"
+    assert role(compile_ok(authored)).max_batched_tokens == 1000
+
+
 # --- 4-5: backend-specific fields ---------------------------------------------------------
 
 def test_case_04_vllm_rejects_block_size_one_sglang_accepts_it() -> None:

@@ -51,6 +51,7 @@ from servesim.engines.kernel.tokens import (
     extend_distinct_hashes,
     generated_key,
 )
+from servesim.engines.vllm.token_ratio import NewTokenRatio, output_reserve
 from servesim.errors import Diagnostic, ReplayError
 from servesim.payload import RoleArgs
 from servesim.timing.base import StepTimer
@@ -181,8 +182,14 @@ class RankScheduler:
         # admitted request may still take, so nothing is ever preempted; its output is
         # clamped to what the pool holds (R2). vLLM admits what fits now and preempts.
         self.no_evict = role.backend == "trtllm"
-        # SGLang runs prompt work and decode steps in separate passes (spec §5.10).
+        # SGLang (spec §5.10) runs prompt work and decode steps in separate passes, admits
+        # a prompt only beside a share of the running requests' remaining output
+        # (new_token_ratio), and retracts the requests with the least output when a decode
+        # step does not fit.
         self.separate_prefill = role.backend == "sglang"
+        self.ratio: NewTokenRatio | None = None
+        if role.backend == "sglang":
+            self.ratio = NewTokenRatio.for_rank(role.attention_data)
         # The working state takes its blocks beside the tokens; vLLM's last token needs no
         # KV (it is never computed).
         self.len_cap = (role.num_gpu_blocks - self.state_blocks) * role.block_size
@@ -256,6 +263,8 @@ class RankScheduler:
             any(s.num_computed < max(s.prompt_len, s.prompt_len + s.generated - 1)
                 for s in self.running)
             or not self._waiting_blocked())
+        if self.ratio is not None and not extend and self.running:
+            self._check_decode_memory()
         # Phase A: running requests. A snapshot, because preemption removes members;
         # a preempted one is skipped by its status.
         pass_id, bs, caching, fast = self._pass_id, self.block_size, self.caching, self.fast_decode
@@ -334,6 +343,8 @@ class RankScheduler:
             return None
         running = self.running
         n = len(running)
+        if self.ratio is not None and self.waiting and n < self.max_sequences:
+            return None  # the decaying new_token_ratio may unblock the head at any step
         if n == 0 or n > self.max_batched_tokens or not self._intake_blocked():
             return None
         steps = self.len_cap
@@ -367,12 +378,14 @@ class RankScheduler:
         length = seq.prompt_len + seq.generated
         if -(-length // self.block_size) + self.state_blocks > self.pool.num_blocks:
             return False
-        _, reuse = self._prefix_cost(seq, length)
-        return not self._admits(seq, length, reuse)
+        cached, reuse = self._prefix_cost(seq, length)
+        return not self._admits(seq, length, cached, reuse, self.max_batched_tokens,
+                                self._output_reserved())
 
-    def _admits(self, seq: SeqState, length: int, reuse: Sequence[int]) -> bool:
-        """Whether the pool takes waiting ``seq`` (``length`` tokens, referencing the cached
-        blocks ``reuse``) beside the admitted requests (spec §5.4).
+    def _admits(self, seq: SeqState, length: int, cached: int, reuse: Sequence[int],
+                budget: int, reserved: float) -> bool:
+        """Whether the pool takes waiting ``seq`` (``length`` tokens, ``cached`` of them in
+        the cached blocks ``reuse``) beside the admitted requests (spec §5.4, §5.10).
 
         vLLM: the blocks it would add to the active set now must be available (inactive
         cached blocks count, they are evicted on demand). GUARANTEED_NO_EVICT: the blocks
@@ -380,14 +393,64 @@ class RankScheduler:
         Either way a blocked head stays blocked while no request finishes: decode steps
         take blocks out of the available ones (and, without eviction, out of the promised
         ones too) and publish only blocks of their own output.
+
+        SGLang: a prompt within the chunk size must fit the pass's remaining token
+        ``budget`` whole (a longer one takes the rest of it as a chunk), and its chunk plus,
+        for a final chunk, its clipped output must stay below the available tokens less
+        the ``reserved`` output tokens (:meth:`_output_reserved`, plus the whole output of
+        the requests admitted earlier in the pass). A rank with nothing running admits by
+        vLLM's rule, or a head that never meets these conditions would wait forever.
         """
         pool = self.pool
         active_reused = pool.count_active(reuse)
+        if self.ratio is not None and self.running:
+            bs = self.block_size
+            extend = length - cached
+            chunk = extend if extend <= self.max_batched_tokens else budget // bs * bs
+            charged = -(-chunk // bs) * bs
+            if chunk <= 0 or charged > budget:
+                return False
+            # Matching the prefix locks its inactive blocks: they stop being evictable.
+            available = (pool.num_available - len(reuse) + active_reused) * bs
+            reserve = output_reserve(seq) if chunk == extend else 0
+            return charged + reserve < available - reserved
         if self.no_evict:
             need = -(-seq.stop_len // self.block_size) - active_reused
             return need <= pool.num_available - self._promised()
         total_blocks = -(-length // self.block_size) + self.state_blocks
         return total_blocks - active_reused <= pool.num_available
+
+    def _output_reserved(self) -> float:
+        """SGLang: the output tokens its admission keeps free for the running requests,
+        their ``new_token_ratio`` share of what each may still generate (0 elsewhere)."""
+        if self.ratio is None:
+            return 0.0
+        return self.ratio.value * sum(output_reserve(seq) for seq in self.running)
+
+    def _check_decode_memory(self) -> None:
+        """SGLang's check before a decode pass (spec §5.10): while the blocks its decode
+        steps open exceed the available ones, retract the running request with the least
+        output, keeping one; a retraction re-estimates ``new_token_ratio`` from the
+        requests left, a pass without one decays it."""
+        assert self.ratio is not None
+        bs, running, pool = self.block_size, self.running, self.pool
+
+        def opens_block(seq: SeqState) -> bool:
+            c = seq.num_computed
+            return c >= seq.prompt_len and c + 1 == seq.prompt_len + seq.generated and (
+                c == len(seq.lease) * bs)
+
+        needed = sum(map(opens_block, running))
+        retracted = False
+        while needed > pool.num_available and len(running) > 1:
+            victim = self._victim()
+            needed -= opens_block(victim)
+            self._preempt(victim)
+            retracted = True
+        if retracted:
+            self.ratio.retracted(running)
+        else:
+            self.ratio.decoded()
 
     def _promised(self) -> int:
         """Blocks the admitted requests may still take before they complete (no-evict)."""
@@ -472,6 +535,8 @@ class RankScheduler:
             seq.num_computed = c0 + steps
             seq.generated = g0 + steps
         self._pass_id += steps
+        if self.ratio is not None:
+            self.ratio.decoded(steps)
         # The cadence flag: a non-deferred pass sets it to "requests left waiting".
         flag = self._prefill_capacity_bound
         interval = self.prefill_interval
@@ -493,6 +558,7 @@ class RankScheduler:
     ) -> None:
         waiting, running, pool, bs = self.waiting, self.running, self.pool, self.block_size
         state_blocks = self.state_blocks
+        reserved = self._output_reserved()
         while waiting and len(running) < self.max_sequences:
             seq = waiting[0]
             if self.max_model_len is not None and seq.prompt_len >= self.max_model_len:
@@ -505,13 +571,15 @@ class RankScheduler:
                 self._reject(seq, out)
                 continue
             cached, reuse = self._prefix_cost(seq, length)
-            if not self._admits(seq, length, reuse):
+            if not self._admits(seq, length, cached, reuse, self._budget, reserved):
                 break  # head-of-line blocking: nothing behind it is admitted
             if defer and length - cached > 1:
                 break
             outcome = self._schedule(seq, scheduled, now, cached=cached, reuse=reuse)
             if outcome != _SCHEDULED:
                 break
+            if self.ratio is not None and seq.num_computed == length:
+                reserved += output_reserve(seq)  # its whole output, this pass
             if seq.pass_tokens == 0 and self._budget == 0:
                 break
 
@@ -744,7 +812,12 @@ class RankScheduler:
             seq.num_published = full
 
     def _victim(self) -> SeqState:
+        """The request to preempt: the latest admitted (LIFO) or the earliest (FIFO);
+        SGLang retracts the one with the least output (the longest prompt among equals,
+        then the latest admitted)."""
         running = self.running
+        if self.ratio is not None:
+            return min(reversed(running), key=lambda seq: (seq.generated, -seq.prompt_len))
         return next(reversed(running)) if self.lifo else next(iter(running))
 
     def _preempt(self, victim: SeqState) -> None:
@@ -766,7 +839,10 @@ class RankScheduler:
         victim.num_computed = 0
         victim.status = WAITING
         victim.record.num_preemptions += 1
-        self.waiting.appendleft(victim)
+        if self.ratio is not None:
+            self.waiting.append(victim)  # SGLang requeues retracted requests at the back
+        else:
+            self.waiting.appendleft(victim)
         self._preemptions += 1
 
     def _emit_ready_tokens(self, scheduled: list[SeqState], out: RankPass,
@@ -858,6 +934,8 @@ class RankScheduler:
         seq.num_published = 0
         seq.status = FINISHED
         out.finished.append(seq)
+        if self.ratio is not None and not self.running:
+            self.ratio.reset()  # the rank goes idle
 
     def _reject(self, seq: SeqState, out: RankPass) -> None:
         self.waiting.popleft()
