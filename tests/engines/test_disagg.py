@@ -310,20 +310,27 @@ def test_placement_is_round_robin_per_pool() -> None:
     assert_drained(replay)
 
 
-def test_prompt_reaching_decode_max_model_len_is_rejected_after_prefill() -> None:
-    decode = decode_role(max_model_len=8)
+@pytest.mark.parametrize(("backend", "rejected_at"), [("vllm", P), ("sglang", 0.0)])
+def test_prompt_reaching_decode_max_model_len_is_rejected_by_the_destination(
+        backend: str, rejected_at: float) -> None:
+    # at the handoff: after the prefill (source-first), or at arrival (destination-first)
+    decode = decode_role(max_model_len=8, backend=backend)
     specs = [Sim.spec(0, 8, 2), Sim.spec(1, 7, 3, arrival=50.0)]
-    records, stats, replay = run_pd(specs, decode=decode)
+    records, stats, replay = run_pd(specs, decode=decode, prefill=prefill_role(backend=backend))
     assert records[0].status == "rejected" and len(records[0].token_times) == 0
-    assert records[0].terminal_ms == P  # rejected by the destination at the handoff
+    assert records[0].terminal_ms == rejected_at
     assert records[1].status == "completed"
     assert list(records[1].token_times) == [50.0 + P + D]  # 7 + 1 = max_model_len
     assert stats.rejected == 1 and stats.completed == 1 and stats.transfers == 1
     assert_drained(replay)
 
 
-def test_prompt_reaching_prefill_max_model_len_is_rejected_before_prefill() -> None:
-    records, stats, replay = run_pd([Sim.spec(0, 8, 2)], prefill=prefill_role(max_model_len=8))
+@pytest.mark.parametrize("backend", ["vllm", "sglang"])
+def test_prompt_reaching_prefill_max_model_len_is_rejected_before_prefill(backend: str) -> None:
+    # (destination-first, the reservation made at arrival is cancelled: drained below)
+    records, stats, replay = run_pd([Sim.spec(0, 8, 2)],
+                                    prefill=prefill_role(max_model_len=8, backend=backend),
+                                    decode=decode_role(backend=backend))
     assert records[0].status == "rejected" and records[0].terminal_ms == 0.0
     assert stats.transfers == 0 and stats.passes == 1
     assert_drained(replay)
@@ -365,6 +372,22 @@ def test_max_sequences_bounds_destinations() -> None:
         [P + 4 * D, P + 5 * D, P + 6 * D],
         [P + 7 * D, P + 8 * D, P + 9 * D],
     ]
+    assert stats.completed == 3
+    assert_drained(replay)
+
+
+def test_sglang_reserves_the_destination_before_the_prefill_starts() -> None:
+    # The decode worker takes one request at a time. Source-first (vLLM), the three
+    # prompts prefill together and wait for the destination afterwards (see above);
+    # destination-first (SGLang), a prompt is prefilled only once its destination is
+    # reserved, when the request before it completes.
+    specs = [Sim.spec(i, 4, 3) for i in range(3)]
+    records, stats, replay = run_pd(specs, prefill=prefill_role(max_sequences=3, backend="sglang"),
+                                    decode=decode_role(max_sequences=1, backend="sglang"))
+    starts = [0.0, P + 3 * D, 2 * (P + 3 * D)]
+    assert [records[i].first_admit_ms for i in range(3)] == starts
+    assert [list(records[i].token_times) for i in range(3)] == [
+        [start + P + D * k for k in (1, 2, 3)] for start in starts]
     assert stats.completed == 3
     assert_drained(replay)
 

@@ -16,13 +16,19 @@ One request's path, all in virtual milliseconds:
 4. the decode rank admits the materialized request with no prefill work; its first
    decode pass emits output token 1, and it produces every output token.
 
+SGLang hands off destination-first (spec §6): at arrival the request is placed on a decode
+rank too, which reserves first; the prefill copy is queued only once the reservation
+succeeded, and the transfer starts as soon as the prefill completes. A request the decode
+side cannot take yet waits before its prefill, not after it.
+
 So TTFT = prefill queueing + prefill compute + transfer + decode queueing + one decode
 pass. With a state cache (required on both roles) the source also holds its working
 state, the destination reserves one beside the prompt blocks, and every transfer carries
 ``state_bytes`` once; speculative bursts happen on the decode side only.
 
 Every lease is released exactly once: the source at transfer completion (or at a
-destination rejection), the destination when the request finishes on the decode rank.
+destination rejection), the destination when the request finishes on the decode rank (or,
+destination-first, when the prefill side rejects the request).
 
 Event order at one instant: pass completions, then transfer completions, then
 arrivals; then waiting reservations are retried, then idle workers start passes. A
@@ -164,6 +170,7 @@ class DisaggReplay(ReplayLoop[PoolWorker]):
         self.dirty: dict[PoolWorker, None] = {}
         self.next_prefill = 0
         self.next_decode = 0
+        self.destination_first = decode.backend == "sglang"
         self.transfers = 0
         self.transfer_ms = 0.0
         self._all_workers = [*self.prefill_workers, *self.decode_workers]
@@ -233,11 +240,18 @@ class DisaggReplay(ReplayLoop[PoolWorker]):
         # The hidden bootstrap: the prefill worker computes the prompt and one token.
         copy = attrs.evolve(spec, output_length=1)
         source = rank.new_seq(copy, _scratch(copy))
-        self.flights[spec.request_id] = Flight(spec=spec, record=record, source=source,
-                                               prefill_worker=worker, prefill_rank=rank)
+        flight = Flight(spec=spec, record=record, source=source, prefill_worker=worker,
+                        prefill_rank=rank)
+        self.flights[spec.request_id] = flight
         self.num_requests += 1
-        rank.submit(source)
-        self.dirty[worker] = None
+        if self.destination_first:
+            self._hand_off(flight)  # the prefill is queued once the destination is reserved
+        else:
+            self._start_prefill(flight)
+
+    def _start_prefill(self, flight: Flight) -> None:
+        flight.prefill_rank.submit(flight.source)
+        self.dirty[flight.prefill_worker] = None
 
     def _start_pass(self, worker: PoolWorker) -> None:
         """Start ``worker``'s next pass, or a segment of steady decode passes."""
@@ -313,7 +327,11 @@ class DisaggReplay(ReplayLoop[PoolWorker]):
             # The bootstrap token is hidden; a finished copy now holds its source KV.
             for res in pending:
                 for seq in res.finished:
-                    self._hand_off(self.flights[seq.spec.request_id])
+                    flight = self.flights[seq.spec.request_id]
+                    if self.destination_first:
+                        self._start_transfer(flight)
+                    else:
+                        self._hand_off(flight)
             return
         for res in pending:
             for seq in res.emitted:  # a speculative burst: one entry per token
@@ -329,7 +347,8 @@ class DisaggReplay(ReplayLoop[PoolWorker]):
     # -- handoff --------------------------------------------------------------------------
 
     def _hand_off(self, flight: Flight) -> None:
-        """Source-first (vLLM): the prefill is done; pick the destination and queue it."""
+        """Pick the destination and queue its reservation: when the prefill is done
+        (source-first), or at arrival (destination-first)."""
         worker = self.decode_workers[self.next_decode]
         self.next_decode = (self.next_decode + 1) % len(self.decode_workers)
         self._touch(worker)
@@ -359,17 +378,26 @@ class DisaggReplay(ReplayLoop[PoolWorker]):
                 break
             done += 1
             flight.dest = dest
-            missing = dest.prompt_len - rank.resident_tokens(dest)
-            delay = transfer_delay_ms(self.kv_transfer, dest.prompt_len, missing)
-            flight.transfer_ms = delay
-            if delay > 0.0:
-                self.events.push(self.now + delay, PHASE_TRANSFER, flight.spec.request_id,
-                                 _TransferDone(flight))
+            if self.destination_first:
+                self._start_prefill(flight)
             else:
-                self._complete_transfer(flight)
+                self._start_transfer(flight)
         del queue[:done]
         if not queue:
             del self.handoffs[rank]
+
+    def _start_transfer(self, flight: Flight) -> None:
+        """The prefill is done and the destination reserved: move the missing KV."""
+        dest, rank = flight.dest, flight.decode_rank
+        assert dest is not None and rank is not None
+        missing = dest.prompt_len - rank.resident_tokens(dest)
+        delay = transfer_delay_ms(self.kv_transfer, dest.prompt_len, missing)
+        flight.transfer_ms = delay
+        if delay > 0.0:
+            self.events.push(self.now + delay, PHASE_TRANSFER, flight.spec.request_id,
+                             _TransferDone(flight))
+        else:
+            self._complete_transfer(flight)
 
     def _complete_transfer(self, flight: Flight) -> None:
         assert flight.dest is not None and flight.decode_rank is not None
@@ -388,6 +416,11 @@ class DisaggReplay(ReplayLoop[PoolWorker]):
     def _reject(self, flight: Flight, time_ms: float) -> None:
         if flight.prefill_rank.release_source(flight.source):
             self.dirty[flight.prefill_worker] = None
+        rank = flight.decode_rank
+        if flight.dest is not None and rank is not None and flight.dest in rank.reserved:
+            # destination-first: the prefill side rejected a request reserved downstream
+            rank.cancel_destination(flight.dest)
+            self.retry[rank] = None
         self._terminal(flight, "rejected", time_ms)
 
     def _terminal(self, flight: Flight, status: TerminalStatus, time_ms: float) -> None:
