@@ -313,12 +313,13 @@ class MetricsCollector:
     def _fold_runs(self) -> None:
         """Add the gaps counted per pass to the ``value -> count`` ITL multiset."""
         itl = self._itl
+        get = itl.get  # not ``itl[gap] += count``: a new key would call Counter.__missing__
         for ends, cover in self._runs.values():
             gaps = map(operator.sub, itertools.islice(ends, 1, None), ends)
             for gap, count in zip(gaps, itertools.accumulate(itertools.islice(cover, 1, None)),
                                   strict=False):
                 if count:
-                    itl[gap] += count
+                    itl[gap] = get(gap, 0) + count
         self._runs.clear()
 
     def report(self, *, wall_time_ms: float, gpu_seconds: float | Mapping[str, float],
@@ -355,9 +356,11 @@ class MetricsCollector:
                 out.update(distribution(self._samples[name], name))
         # 1000 / gap for every positive gap (gaps are never negative)
         per_user: Counter[float] = Counter()
+        get = per_user.get
         for gap, count in self._itl.items():
             if gap:
-                per_user[1000.0 / gap] += count
+                rate_of_gap = 1000.0 / gap
+                per_user[rate_of_gap] = get(rate_of_gap, 0) + count
         out.update(counted_distribution(per_user, PER_USER, unit=""))
         out["num_ttft_samples"] = len(self._samples["ttft"])
         out["num_tpot_samples"] = len(self._samples["tpot"])

@@ -10,7 +10,8 @@ segment with key ``generated_key(r)`` (negative), so a later session turn whose 
 contains an earlier turn's output names exactly the tokens the engine generated.
 
 Block identity (spec §3.8): only complete blocks get an identity; identities are chained
-(``h[i] = hash((h[i-1], content[i]))``) so equal hashes mean equal prefixes. Python's
+(``h[i] = hash((h[i-1], hash(content[i])))``) so equal hashes mean equal prefixes. A run of
+whole blocks of one repeat segment has one content, hashed once for the run. Python's
 hash of tuples of ints does not depend on ``PYTHONHASHSEED``: results are reproducible
 across processes.
 """
@@ -79,7 +80,7 @@ def extend_distinct_hashes(out: list[int], previous: int, key: int, offset: int,
     chained after ``previous``; the last identity. :func:`block_hashes`' own rule."""
     h = previous
     for b in range(first, stop):
-        h = hash((h, ((key, offset + b * block_size, block_size),)))
+        h = hash((h, hash(((key, offset + b * block_size, block_size),))))
         out.append(h)
     return h
 
@@ -118,7 +119,7 @@ def block_hashes(
             # hence the same identities, as the general walk below.
             stop = min(n_blocks, seg_end // block_size)
             if seg.repeat:
-                single = ((seg.key, -1, block_size),)
+                single = hash(((seg.key, -1, block_size),))
                 for _ in range(stop - block):
                     h = hash((h, single))
                     out.append(h)
@@ -145,7 +146,7 @@ def block_hashes(
                 i += 1
             else:
                 break
-        h = hash((h, tuple(content)))
+        h = hash((h, hash(tuple(content))))
         out.append(h)
         seg_i, pos = i, p
         block += 1
