@@ -114,12 +114,9 @@ class BlockPool:
         block keeps answering lookups and this copy stays anonymous: it returns to the
         free list on release instead of occupying the LRU with a duplicate.
         """
-        index, ident = self._index, self._hash
-        for i in range(start, end):
-            h = hashes[i]
-            if h not in index:
-                block = lease[i]
-                index[h] = block
+        setdefault, ident = self._index.setdefault, self._hash
+        for h, block in zip(hashes[start:end], lease[start:end], strict=True):
+            if setdefault(h, block) == block:  # new (or already this block's) identity
                 ident[block] = h
 
     # -- allocation -------------------------------------------------------------------
@@ -172,12 +169,12 @@ class BlockPool:
             self._next_unused = unused + take
             count -= take
         if count:
+            # A cached block's identity always answers lookups (``_hash`` and ``_index``
+            # are inverse maps, see :meth:`check`): evicting drops both entries.
             popitem, ident_pop, index = self._lru.popitem, self._hash.pop, self._index
             for _ in range(count):
-                block, _ = popitem(last=False)
-                h = ident_pop(block)
-                if index.get(h) == block:
-                    del index[h]
+                block, _ = popitem(False)  # oldest first (positional: no keyword parsing)
+                del index[ident_pop(block)]
                 ref[block] = 1
                 append(block)
 
@@ -211,17 +208,19 @@ class BlockPool:
     def release(self, lease: Lease) -> None:
         """Drop ``lease``'s references, leaf first; the lease is left empty."""
         ref, ident, lru, free = self._ref, self._hash, self._lru, self._free
+        pop = ref.pop
+        dropped = 0
         for block in reversed(lease):
-            r = ref[block] - 1
-            if r:
-                ref[block] = r
+            r = pop(block)
+            if r > 1:
+                ref[block] = r - 1
                 continue
-            del ref[block]
-            self._num_active -= 1
+            dropped += 1
             if block in ident:
                 lru[block] = None
             else:
                 free.append(block)
+        self._num_active -= dropped
         lease.clear()
 
     def check(self) -> None:
@@ -233,4 +232,5 @@ class BlockPool:
         assert not (set(self._free) & (set(self._ref) | set(self._lru)))
         for h, block in self._index.items():
             assert self._hash.get(block) == h
+        assert len(self._index) == len(self._hash)  # with the above: inverse maps
         assert all(b in self._ref or b in self._lru for b in self._hash)

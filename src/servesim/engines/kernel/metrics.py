@@ -297,7 +297,11 @@ class MetricsCollector:
         if ends is None:
             return False
         first = bisect.bisect_left(ends, times[0])
-        if ends[first:first + n] != times:
+        # Compared through a memoryview: C doubles, no slice copy and no float objects (the
+        # view is released at once, so the worker can still append pass ends).
+        with memoryview(ends) as view:
+            consecutive = view[first:first + n] == times
+        if not consecutive:
             return False  # a preemption, a prefill chunk without a token, a burst...
         run = self._runs.get(id(ends))
         if run is None:
