@@ -18,13 +18,15 @@ across processes.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
-import attrs
 
+class Segment(NamedTuple):
+    """One run of a prompt. A named tuple: workloads build one per new trace hash id, and
+    a tuple is about twice as fast to create as a frozen attrs class."""
 
-@attrs.frozen(slots=True)
-class Segment:
     key: int
     length: int
     repeat: bool = True
@@ -32,6 +34,7 @@ class Segment:
 
 
 Prompt = tuple[Segment, ...]
+_LENGTH = operator.attrgetter("length")
 
 
 def generated_key(request_id: int) -> int:
@@ -50,14 +53,14 @@ def make_prompt(segments: Iterable[Segment]) -> Prompt:
             if last.key == seg.key and last.repeat == seg.repeat and (
                 seg.repeat or last.offset + last.length == seg.offset
             ):
-                out[-1] = attrs.evolve(last, length=last.length + seg.length)
+                out[-1] = last._replace(length=last.length + seg.length)
                 continue
         out.append(seg)
     return tuple(out)
 
 
 def prompt_length(prompt: Sequence[Segment]) -> int:
-    return sum(s.length for s in prompt)
+    return sum(map(_LENGTH, prompt))
 
 
 def truncate(prompt: Sequence[Segment], length: int) -> Prompt:
@@ -68,7 +71,7 @@ def truncate(prompt: Sequence[Segment], length: int) -> Prompt:
         if left <= 0:
             break
         take = min(seg.length, left)
-        out.append(attrs.evolve(seg, length=take))
+        out.append(seg._replace(length=take))
         left -= take
     return tuple(out)
 
@@ -120,9 +123,10 @@ def block_hashes(
             stop = min(n_blocks, seg_end // block_size)
             if seg.repeat:
                 single = hash(((seg.key, -1, block_size),))
+                append = out.append
                 for _ in range(stop - block):
                     h = hash((h, single))
-                    out.append(h)
+                    append(h)
             else:
                 h = extend_distinct_hashes(out, h, seg.key, seg.offset - pos, block_size,
                                            block, stop)
