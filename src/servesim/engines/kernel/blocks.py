@@ -133,11 +133,8 @@ class BlockPool:
         fresh = target_blocks - len(lease) - len(reuse)
         if fresh < 0:
             fresh = 0
-        if fresh:
-            # Reactivating an inactive reused block removes it from the evictable set.
-            evictable = len(self._lru) - len(reuse) + self.count_active(reuse)
-            if fresh > self.num_free + evictable:
-                return False
+        if fresh and not self.fits(fresh, reuse):
+            return False
         for block in reuse:
             r = ref.get(block, 0)
             if r == 0:
@@ -186,8 +183,10 @@ class BlockPool:
         """
         if fresh <= 0:
             return True
-        evictable = len(self._lru) - len(reuse) + self.count_active(reuse)
-        return fresh <= self.num_free + evictable
+        # Free plus cached blocks are the available ones; reactivating an inactive reused
+        # block removes it from them.
+        inactive_reused = len(reuse) - self.count_active(reuse) if reuse else 0
+        return fresh <= self.num_blocks - self._num_active - inactive_reused
 
     def forget(self, block: int, identity: int) -> None:
         """Withdraw ``block``'s cache identity if it still is ``identity``.
