@@ -27,7 +27,11 @@ class PolynomialTimer:
     def decode_ms(
         self, batch: int, active_kv_tokens: int, mean_context: float, total_kv_tokens: int
     ) -> float:
+        # Called once per decode step of a bulk segment: comparisons, not min()/max() calls.
         if batch <= 0:
             return 0.0
-        u = min(1.0, active_kv_tokens / total_kv_tokens) if total_kv_tokens > 0 else 1.0
-        return max(1.0, DECODE_A * u * u + DECODE_B * u + DECODE_C)
+        u = active_kv_tokens / total_kv_tokens if total_kv_tokens > 0 else 1.0
+        if u > 1.0:
+            u = 1.0
+        t = DECODE_A * u * u + DECODE_B * u + DECODE_C
+        return t if t > 1.0 else 1.0

@@ -172,6 +172,9 @@ def audit_pool(pool: BlockPool, where: str) -> None:
         if ident.get(b) != h:
             raise violation("prefix-index", where, f"identity {h} points at block {b}, which "
                             f"carries {ident.get(b)}")
+    if len(index) != len(ident):
+        raise violation("prefix-index", where, f"{len(ident)} blocks carry an identity but "
+                        f"{len(index)} identities answer lookups")
     for b in ident:
         if b not in ref and b not in lru:
             raise violation("prefix-index", where, f"block {b} has a cache identity but is "

@@ -114,12 +114,9 @@ class BlockPool:
         block keeps answering lookups and this copy stays anonymous: it returns to the
         free list on release instead of occupying the LRU with a duplicate.
         """
-        index, ident = self._index, self._hash
-        for i in range(start, end):
-            h = hashes[i]
-            if h not in index:
-                block = lease[i]
-                index[h] = block
+        setdefault, ident = self._index.setdefault, self._hash
+        for h, block in zip(hashes[start:end], lease[start:end], strict=True):
+            if setdefault(h, block) == block:  # new (or already this block's) identity
                 ident[block] = h
 
     # -- allocation -------------------------------------------------------------------
@@ -136,11 +133,8 @@ class BlockPool:
         fresh = target_blocks - len(lease) - len(reuse)
         if fresh < 0:
             fresh = 0
-        if fresh:
-            # Reactivating an inactive reused block removes it from the evictable set.
-            evictable = len(self._lru) - len(reuse) + self.count_active(reuse)
-            if fresh > self.num_free + evictable:
-                return False
+        if fresh and not self.fits(fresh, reuse):
+            return False
         for block in reuse:
             r = ref.get(block, 0)
             if r == 0:
@@ -172,12 +166,12 @@ class BlockPool:
             self._next_unused = unused + take
             count -= take
         if count:
+            # A cached block's identity always answers lookups (``_hash`` and ``_index``
+            # are inverse maps, see :meth:`check`): evicting drops both entries.
             popitem, ident_pop, index = self._lru.popitem, self._hash.pop, self._index
             for _ in range(count):
-                block, _ = popitem(last=False)
-                h = ident_pop(block)
-                if index.get(h) == block:
-                    del index[h]
+                block, _ = popitem(False)  # oldest first (positional: no keyword parsing)
+                del index[ident_pop(block)]
                 ref[block] = 1
                 append(block)
 
@@ -189,8 +183,10 @@ class BlockPool:
         """
         if fresh <= 0:
             return True
-        evictable = len(self._lru) - len(reuse) + self.count_active(reuse)
-        return fresh <= self.num_free + evictable
+        # Free plus cached blocks are the available ones; reactivating an inactive reused
+        # block removes it from them.
+        inactive_reused = len(reuse) - self.count_active(reuse) if reuse else 0
+        return fresh <= self.num_blocks - self._num_active - inactive_reused
 
     def forget(self, block: int, identity: int) -> None:
         """Withdraw ``block``'s cache identity if it still is ``identity``.
@@ -211,17 +207,19 @@ class BlockPool:
     def release(self, lease: Lease) -> None:
         """Drop ``lease``'s references, leaf first; the lease is left empty."""
         ref, ident, lru, free = self._ref, self._hash, self._lru, self._free
+        pop = ref.pop
+        dropped = 0
         for block in reversed(lease):
-            r = ref[block] - 1
-            if r:
-                ref[block] = r
+            r = pop(block)
+            if r > 1:
+                ref[block] = r - 1
                 continue
-            del ref[block]
-            self._num_active -= 1
+            dropped += 1
             if block in ident:
                 lru[block] = None
             else:
                 free.append(block)
+        self._num_active -= dropped
         lease.clear()
 
     def check(self) -> None:
@@ -233,4 +231,5 @@ class BlockPool:
         assert not (set(self._free) & (set(self._ref) | set(self._lru)))
         for h, block in self._index.items():
             assert self._hash.get(block) == h
+        assert len(self._index) == len(self._hash)  # with the above: inverse maps
         assert all(b in self._ref or b in self._lru for b in self._hash)

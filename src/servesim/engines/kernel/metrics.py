@@ -297,7 +297,11 @@ class MetricsCollector:
         if ends is None:
             return False
         first = bisect.bisect_left(ends, times[0])
-        if ends[first:first + n] != times:
+        # Compared through a memoryview: C doubles, no slice copy and no float objects (the
+        # view is released at once, so the worker can still append pass ends).
+        with memoryview(ends) as view:
+            consecutive = view[first:first + n] == times
+        if not consecutive:
             return False  # a preemption, a prefill chunk without a token, a burst...
         run = self._runs.get(id(ends))
         if run is None:
@@ -313,12 +317,13 @@ class MetricsCollector:
     def _fold_runs(self) -> None:
         """Add the gaps counted per pass to the ``value -> count`` ITL multiset."""
         itl = self._itl
+        get = itl.get  # not ``itl[gap] += count``: a new key would call Counter.__missing__
         for ends, cover in self._runs.values():
             gaps = map(operator.sub, itertools.islice(ends, 1, None), ends)
             for gap, count in zip(gaps, itertools.accumulate(itertools.islice(cover, 1, None)),
                                   strict=False):
                 if count:
-                    itl[gap] += count
+                    itl[gap] = get(gap, 0) + count
         self._runs.clear()
 
     def report(self, *, wall_time_ms: float, gpu_seconds: float | Mapping[str, float],
@@ -355,9 +360,11 @@ class MetricsCollector:
                 out.update(distribution(self._samples[name], name))
         # 1000 / gap for every positive gap (gaps are never negative)
         per_user: Counter[float] = Counter()
+        get = per_user.get
         for gap, count in self._itl.items():
             if gap:
-                per_user[1000.0 / gap] += count
+                rate_of_gap = 1000.0 / gap
+                per_user[rate_of_gap] = get(rate_of_gap, 0) + count
         out.update(counted_distribution(per_user, PER_USER, unit=""))
         out["num_ttft_samples"] = len(self._samples["ttft"])
         out["num_tpot_samples"] = len(self._samples["tpot"])
