@@ -400,6 +400,8 @@ class RankScheduler:
         the ``reserved`` output tokens (:meth:`_output_reserved`, plus the whole output of
         the requests admitted earlier in the pass). A rank with nothing running admits by
         vLLM's rule, or a head that never meets these conditions would wait forever.
+        (SGLang's max_prefill_tokens bound, 16384, is not applied: it only binds when the
+        token budget is set above it.)
         """
         pool = self.pool
         active_reused = pool.count_active(reuse)
