@@ -51,6 +51,21 @@ def test_a_request_admitted_in_the_pass_reserves_its_whole_output(sim: Any) -> N
     assert records[1].first_admit_ms == sim.P
 
 
+def test_a_chunked_prompt_is_admitted_only_if_all_of_it_fits(sim: Any) -> None:
+    # 4 blocks of 4 tokens, a 6-token budget. Request 0 (5 + 3) holds 2 blocks when
+    # request 1 (10 + 2) arrives: its first chunk would fit, its whole prompt would not.
+    # Admitted on the chunk, it would be preempted at its continuation and readmitted,
+    # forever, while request 0 never decodes (extend passes stall decodes). It waits for
+    # request 0 to finish instead.
+    specs = [sim.spec(0, 5, 3), sim.spec(1, 10, 2, arrival=0.5)]
+    workload = ListWorkload(specs, max_time_ms=1000.0)  # bounds a livelock
+    records, _, _ = sim.run(sim.role(num_gpu_blocks=4, max_batched_tokens=6, **SGLANG),
+                            workload)
+    assert [r.status for r in records.values()] == ["completed", "completed"]
+    assert records[1].first_admit_ms == records[0].terminal_ms
+    assert records[1].num_preemptions == 0
+
+
 def test_a_prompt_within_the_chunk_size_is_not_split_to_fill_a_pass(sim: Any) -> None:
     # An 8-token budget: request 0 takes 6; request 1 (6 tokens) waits for the next pass
     # under SGLang, where vLLM starts it with a 2-token chunk.

@@ -395,11 +395,15 @@ class RankScheduler:
         ones too) and publish only blocks of their own output.
 
         SGLang: a prompt within the chunk size must fit the pass's remaining token
-        ``budget`` whole (a longer one takes the rest of it as a chunk), and its chunk plus,
-        for a final chunk, its clipped output must stay below the available tokens less
-        the ``reserved`` output tokens (:meth:`_output_reserved`, plus the whole output of
-        the requests admitted earlier in the pass). A rank with nothing running admits by
-        vLLM's rule, or a head that never meets these conditions would wait forever.
+        ``budget`` whole (a longer one takes the rest of it as a chunk), and its remaining
+        prompt plus its clipped output must stay below the available tokens less the
+        ``reserved`` output tokens (:meth:`_output_reserved`, plus the whole output of the
+        requests admitted earlier in the pass). The whole prompt counts even when only a
+        chunk runs now, as in SGLang's ``add_one_req``: a prompt admitted on its first chunk
+        alone might not finish beside the running requests, and would be preempted at a
+        continuation and readmitted, forever, while the decodes it stalls never run. A
+        rank with nothing running admits by vLLM's rule, or a head that never meets these
+        conditions would wait forever.
         (SGLang's max_prefill_tokens bound, 16384, is not applied: it only binds when the
         token budget is set above it.)
         """
@@ -409,13 +413,11 @@ class RankScheduler:
             bs = self.block_size
             extend = length - cached
             chunk = extend if extend <= self.max_batched_tokens else budget // bs * bs
-            charged = -(-chunk // bs) * bs
-            if chunk <= 0 or charged > budget:
+            if chunk <= 0 or -(-chunk // bs) * bs > budget:
                 return False
             # Matching the prefix locks its inactive blocks: they stop being evictable.
             available = (pool.num_available - len(reuse) + active_reused) * bs
-            reserve = output_reserve(seq) if chunk == extend else 0
-            return charged + reserve < available - reserved
+            return extend + output_reserve(seq) < available - reserved
         if self.no_evict:
             need = -(-seq.stop_len // self.block_size) - active_reused
             return need <= pool.num_available - self._promised()
