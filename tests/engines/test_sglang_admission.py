@@ -41,6 +41,22 @@ def test_a_prompt_waits_for_the_running_requests_output_share(
     assert vllm[1].first_admit_ms == 11.0
 
 
+def test_a_head_admissible_after_a_decode_step_waits_for_the_next_pass(sim: Any) -> None:
+    # Request 0 (4 + 1000 tokens, the whole 251-block pool) reserves 0.7 x 998 tokens
+    # when request 1 (200 + 200) arrives: 996 free less that is under 400. Its reserve
+    # then falls faster than its decode steps take free tokens (the ratio decays by 0.001
+    # of ~1000 remaining tokens a pass), and after the decode pass of 208-209 ms request
+    # 1 fits. It is admitted by the next pass, an extend pass (210-220) that request 0
+    # waits out, not by the decode pass whose step made it fit.
+    specs = [sim.spec(0, 4, 1000), sim.spec(1, 200, 200, arrival=10.5)]
+    role = sim.role(num_gpu_blocks=251, **SGLANG)
+    records, _, _ = sim.run(role, specs)
+    assert records[1].first_admit_ms == 210.0
+    assert records[1].token_times[0] == 220.0
+    times = list(records[0].token_times)
+    assert times[times.index(210.0) + 1] == 221.0
+
+
 def test_a_request_admitted_in_the_pass_reserves_its_whole_output(sim: Any) -> None:
     # 16 blocks. Request 0 (4 + 40) starts on the idle rank; request 1 (8 + 16), queued
     # behind it, needs 24 tokens: 60 free less request 0's 40 leave 20, so it waits for

@@ -186,10 +186,11 @@ class DecodeRank(RankScheduler):
         return self._waiting_blocked()
 
     def _admit_waiting(
-        self, scheduled: list[SeqState], out: RankPass, now: float, defer: bool
+        self, scheduled: list[SeqState], out: RankPass, now: float, defer: bool,
+        prompts: bool = True,
     ) -> None:
         # Materialized requests hold their blocks and need no prefill work: admitted first,
-        # with cached = prompt, even on a deferred (off-cadence) pass.
+        # with cached = prompt, even on a deferred (off-cadence) pass or a decode pass.
         materialized, running = self.materialized, self.running
         while materialized and len(running) < self.max_sequences:
             seq = materialized.popleft()
@@ -204,4 +205,4 @@ class DecodeRank(RankScheduler):
                 seq.record.first_admission_reused_tokens = seq.prompt_len
             seq.record.reused_input_tokens = seq.prompt_len
             scheduled.append(seq)
-        super()._admit_waiting(scheduled, out, now, defer)
+        super()._admit_waiting(scheduled, out, now, defer, prompts)

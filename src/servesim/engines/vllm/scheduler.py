@@ -304,8 +304,11 @@ class RankScheduler:
         self._budget = budget
         preempted_any = self._preemptions != preempted_before
         # Phase B: waiting requests, FCFS; nothing is admitted in a pass that preempted.
+        # An SGLang decode pass admits no prompt: one its decode step made admissible (a
+        # decayed ratio) waits for the next pass, an extend pass.
         if not preempted_any:
-            self._admit_waiting(scheduled, out, now, defer)
+            self._admit_waiting(scheduled, out, now, defer,
+                                prompts=extend or not self.separate_prefill)
             if not defer:
                 # Requests left waiting for capacity let the next pass admit again even
                 # off the prefill cadence.
@@ -558,8 +561,13 @@ class RankScheduler:
         return out
 
     def _admit_waiting(
-        self, scheduled: list[SeqState], out: RankPass, now: float, defer: bool
+        self, scheduled: list[SeqState], out: RankPass, now: float, defer: bool,
+        prompts: bool = True,
     ) -> None:
+        """Admit waiting requests, FCFS with head-of-line blocking (none without
+        ``prompts``; under ``defer``, only those with at most one token to compute)."""
+        if not prompts:
+            return
         waiting, running, pool, bs = self.waiting, self.running, self.pool, self.block_size
         state_blocks = self.state_blocks
         reserved = self._output_reserved()
