@@ -57,6 +57,23 @@ def test_a_head_admissible_after_a_decode_step_waits_for_the_next_pass(sim: Any)
     assert times[times.index(210.0) + 1] == 221.0
 
 
+def test_decode_passes_run_in_bulk_while_a_head_waits_for_reserved_tokens(sim: Any) -> None:
+    # The scenario above: every pass but the two extend passes runs in bulk segments,
+    # also while request 1 waits (each segment ends before the pass that admits it),
+    # and the replay is the one the single passes give.
+    specs = [sim.spec(0, 4, 1000), sim.spec(1, 200, 200, arrival=10.5)]
+    role = sim.role(num_gpu_blocks=251, **SGLANG)
+    records, stats, replay = sim.run(role, specs)
+    assert records[1].first_admit_ms == 210.0
+    assert replay.bulk_passes == stats.passes - 2
+
+    def replay_with(bulk: bool) -> Any:
+        return replayed(lambda sink: AggregatedReplay(
+            role, make_timer(role), ListWorkload(specs), sink, None, bulk_decode=bulk))[0]
+
+    assert replay_with(True) == replay_with(False)
+
+
 def test_a_request_admitted_in_the_pass_reserves_its_whole_output(sim: Any) -> None:
     # 16 blocks. Request 0 (4 + 40) starts on the idle rank; request 1 (8 + 16), queued
     # behind it, needs 24 tokens: 60 free less request 0's 40 leave 20, so it waits for

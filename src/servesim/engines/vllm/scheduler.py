@@ -51,7 +51,11 @@ from servesim.engines.kernel.tokens import (
     extend_distinct_hashes,
     generated_key,
 )
-from servesim.engines.vllm.token_ratio import NewTokenRatio, output_reserve
+from servesim.engines.vllm.token_ratio import (
+    CLIP_MAX_NEW_TOKENS,
+    NewTokenRatio,
+    output_reserve,
+)
 from servesim.errors import Diagnostic, ReplayError
 from servesim.payload import RoleArgs
 from servesim.timing.base import StepTimer
@@ -346,8 +350,6 @@ class RankScheduler:
             return None
         running = self.running
         n = len(running)
-        if self.ratio is not None and self.waiting and n < self.max_sequences:
-            return None  # the decaying new_token_ratio may unblock the head at any step
         if n == 0 or n > self.max_batched_tokens or not self._intake_blocked():
             return None
         steps = self.len_cap
@@ -361,7 +363,51 @@ class RankScheduler:
             if left < steps:
                 steps = left
             active += length
+        if self.ratio is not None and self.waiting and n < self.max_sequences:
+            steps = self._head_blocked_steps(steps)
         return steps, n, active
+
+    def _head_blocked_steps(self, steps: int) -> int:
+        """SGLang: how many of the next ``steps`` steady passes (at least one) start with
+        the waiting head still blocked, as :meth:`_intake_blocked` found it now.
+
+        The decaying ``new_token_ratio`` and the shrinking remaining outputs release
+        reserved tokens while decode steps take free ones, so a blocked head may become
+        admissible, at the start of a pass (a decode pass admits no prompt). Pass
+        ``k + 1`` sees ``k`` more decode steps; its condition is bounded by today's free
+        tokens and pass ``k + 1``'s ratio and remaining outputs, which only fall (a step
+        that evicts the head's cached prefix adds more to its prompt than to the free
+        tokens). The bound uses the scheduler's own float expressions, so a blocked bound
+        means a blocked pass.
+        """
+        assert self.ratio is not None
+        seq, bs = self.waiting[0], self.block_size
+        length = seq.prompt_len + seq.generated
+        cached, reuse = self._prefix_cost(seq, length)
+        extend = length - cached
+        if not self._fits_budget(extend, self.max_batched_tokens):
+            return 1  # blocked by the budget: an evicted prefix may change that
+        need = extend + output_reserve(seq)
+        pool = self.pool
+        available = (pool.num_available - len(reuse) + pool.count_active(reuse)) * bs
+        remaining = [s.stop_len - s.prompt_len - s.generated for s in self.running]
+        ratio = self.ratio
+
+        def blocked(k: int) -> bool:
+            reserved = ratio.after(k) * sum(min(r - k, CLIP_MAX_NEW_TOKENS)
+                                            for r in remaining)
+            return not need < available - reserved
+
+        lo, hi = 0, steps - 1  # blocked(0); find the last blocked k below steps
+        if blocked(hi):
+            return steps
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if blocked(mid):
+                lo = mid
+            else:
+                hi = mid
+        return lo + 1
 
     def _intake_blocked(self) -> bool:
         """The next pass admits and rejects nothing, and neither do later ones as long as no
@@ -415,8 +461,7 @@ class RankScheduler:
         if self.ratio is not None and self.running:
             bs = self.block_size
             extend = length - cached
-            chunk = extend if extend <= self.max_batched_tokens else budget // bs * bs
-            if chunk <= 0 or -(-chunk // bs) * bs > budget:
+            if not self._fits_budget(extend, budget):
                 return False
             # Matching the prefix locks its inactive blocks: they stop being evictable.
             available = (pool.num_available - len(reuse) + active_reused) * bs
@@ -426,6 +471,15 @@ class RankScheduler:
             return need <= pool.num_available - self._promised()
         total_blocks = -(-length // self.block_size) + self.state_blocks
         return total_blocks - active_reused <= pool.num_available
+
+    def _fits_budget(self, extend: int, budget: int) -> bool:
+        """SGLang: a prompt with ``extend`` tokens to compute can start in a pass with
+        ``budget`` tokens left: whole (its pages) within the chunk size, else as a chunk of
+        the budget's whole pages."""
+        bs = self.block_size
+        if extend <= self.max_batched_tokens:
+            return -(-extend // bs) * bs <= budget
+        return budget // bs > 0
 
     def _output_reserved(self) -> float:
         """SGLang: the output tokens its admission keeps free for the running requests,

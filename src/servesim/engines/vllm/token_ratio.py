@@ -51,7 +51,12 @@ class NewTokenRatio:
 
     @property
     def value(self) -> float:
-        return max(self.base - self.passes * self.decay, self.minimum)
+        return self.after(0)
+
+    def after(self, passes: int) -> float:
+        """The value after ``passes`` more decode passes without a retraction (it never
+        grows, to the last bit: a bound for a bulk advance)."""
+        return max(self.base - (self.passes + passes) * self.decay, self.minimum)
 
     def decoded(self, passes: int = 1) -> None:
         """``passes`` decode passes ran without a retraction."""
