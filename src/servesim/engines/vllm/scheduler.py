@@ -51,11 +51,7 @@ from servesim.engines.kernel.tokens import (
     extend_distinct_hashes,
     generated_key,
 )
-from servesim.engines.vllm.token_ratio import (
-    CLIP_MAX_NEW_TOKENS,
-    NewTokenRatio,
-    output_reserve,
-)
+from servesim.engines.vllm.token_ratio import NewTokenRatio, output_reserve
 from servesim.errors import Diagnostic, ReplayError
 from servesim.payload import RoleArgs
 from servesim.timing.base import StepTimer
@@ -390,13 +386,9 @@ class RankScheduler:
         need = extend + output_reserve(seq)
         pool = self.pool
         available = (pool.num_available - len(reuse) + pool.count_active(reuse)) * bs
-        remaining = [s.stop_len - s.prompt_len - s.generated for s in self.running]
-        ratio = self.ratio
 
         def blocked(k: int) -> bool:
-            reserved = ratio.after(k) * sum(min(r - k, CLIP_MAX_NEW_TOKENS)
-                                            for r in remaining)
-            return not need < available - reserved
+            return not need < available - self._output_reserved(k)
 
         lo, hi = 0, steps - 1  # blocked(0); find the last blocked k below steps
         if blocked(hi):
@@ -481,12 +473,14 @@ class RankScheduler:
             return -(-extend // bs) * bs <= budget
         return budget // bs > 0
 
-    def _output_reserved(self) -> float:
+    def _output_reserved(self, ahead: int = 0) -> float:
         """SGLang: the output tokens its admission keeps free for the running requests,
-        their ``new_token_ratio`` share of what each may still generate (0 elsewhere)."""
+        their ``new_token_ratio`` share of what each may still generate (0 elsewhere);
+        ``ahead``: as it will be after that many more decode steps of all of them."""
         if self.ratio is None:
             return 0.0
-        return self.ratio.value * sum(output_reserve(seq) for seq in self.running)
+        return self.ratio.after(ahead) * sum(output_reserve(seq, ahead)
+                                             for seq in self.running)
 
     def _check_decode_memory(self) -> None:
         """SGLang's check before a decode pass (spec §5.10): while the blocks its decode

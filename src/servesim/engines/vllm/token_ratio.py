@@ -77,6 +77,7 @@ class NewTokenRatio:
         self.passes = 0
 
 
-def output_reserve(seq: SeqState) -> int:
-    """The output tokens ``seq`` may still generate, clipped as SGLang estimates them."""
-    return min(seq.stop_len - seq.prompt_len - seq.generated, CLIP_MAX_NEW_TOKENS)
+def output_reserve(seq: SeqState, ahead: int = 0) -> int:
+    """The output tokens ``seq`` may still generate (after ``ahead`` more decode steps),
+    clipped as SGLang estimates them."""
+    return min(seq.stop_len - seq.prompt_len - seq.generated - ahead, CLIP_MAX_NEW_TOKENS)
