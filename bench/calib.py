@@ -39,7 +39,12 @@ from servesim.engines.disagg.engine import DisaggReplay
 from servesim.engines.kernel.requests import RequestRecord, RequestSpec
 from servesim.engines.vllm import AggregatedReplay
 from servesim.errors import ServesimError
-from servesim.geometry import GeometryError, default_kv_blocks, kv_bytes_per_token
+from servesim.geometry import (
+    GeometryError,
+    default_kv_blocks,
+    default_token_budget,
+    kv_bytes_per_token,
+)
 from servesim.payload import KvTransferArgs, RoleArgs
 from servesim.timing.analytical import (
     AnalyticalConstants,
@@ -64,7 +69,6 @@ MODEL_ALIASES = {
 
 # Engine defaults of the measured stacks (per attention-DP rank).
 BLOCK_SIZE = {"vllm": 64, "sglang": 64, "trtllm": 32}  # sglang pages are 1 token; 64 is cheaper
-MAX_BATCHED_TOKENS = 8192
 MAX_SEQS = {"vllm": 1024, "sglang": 4096, "trtllm": 2048}
 MEMORY_FRACTION = {"vllm": 0.9, "sglang": 0.88, "trtllm": 0.9}
 
@@ -295,10 +299,11 @@ def _worker(row: Row, worker_type: str, par: dict[str, int],
         from servesim.timing.analytical import _QUANT
 
         wbytes = _QUANT[gemm][0] if gemm in _QUANT else None
+        budget = default_token_budget(backend, dp)
         blocks, _, _ = default_kv_blocks(
             model, gpu, backend=backend, tensor=tp, pipeline=1,  # type: ignore[arg-type]
             moe_tensor=moe_tp, moe_expert=moe_ep,
-            max_batched_tokens=MAX_BATCHED_TOKENS, memory_fraction=MEMORY_FRACTION[backend],
+            max_batched_tokens=budget, memory_fraction=MEMORY_FRACTION[backend],
             kv_bytes_per_token=kv_bpt, block_size=BLOCK_SIZE[backend],
             weight_dtype_bytes=wbytes)
     except (GeometryError, ServesimError) as exc:
@@ -308,7 +313,7 @@ def _worker(row: Row, worker_type: str, par: dict[str, int],
         worker_type=worker_type, backend=backend, model=name,  # type: ignore[arg-type]
         hardware=row.system, replicas=par["workers"], tensor=tp, attention_data=dp,
         moe_tensor=moe_tp, moe_expert=moe_ep,
-        max_batched_tokens=MAX_BATCHED_TOKENS // (dp if backend == "sglang" else 1),
+        max_batched_tokens=budget,
         max_sequences=min(MAX_SEQS[backend], max(per_rank, 1)),
         block_size=BLOCK_SIZE[backend], kv_bytes_per_token=kv_bpt, num_gpu_blocks=blocks)
     return role, geometry, kv_bpt

@@ -46,6 +46,17 @@ DEFAULT_REQUESTED_BLOCK_SIZE = 64  # requested page size for inferred state cach
 ACTIVATION_HIDDEN_BUFFERS = 4  # hidden-size activation buffers live per batched token
 
 
+DEFAULT_TOKEN_BUDGET = 8192  # vLLM/TRT-LLM max_num_batched_tokens, SGLang chunked_prefill_size
+
+
+def default_token_budget(backend: str, attention_data: int) -> int:
+    """Per-rank ``max_batched_tokens`` default (spec §1.4): SGLang splits its
+    ``chunked_prefill_size`` over the attention-DP ranks; the others budget each rank."""
+    if backend == "sglang":
+        return max(1, DEFAULT_TOKEN_BUDGET // attention_data)
+    return DEFAULT_TOKEN_BUDGET
+
+
 class GeometryError(ValueError):
     """The requested geometry is impossible (no KV budget, indivisible heads, ...)."""
 

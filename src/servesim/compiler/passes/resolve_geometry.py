@@ -185,12 +185,10 @@ def _resolve_role(rec: _Recorder, name: str, w: Worker, e: Engine, backend: Back
                        "moe_expert")}
     sch = w.scheduler or Scheduler()
     sp: Path = (*path, "scheduler")
-    if backend == "sglang":  # chunked_prefill_size, split over the attention-DP ranks
-        max_batched_tokens = rec.pick((*sp, "max_batched_tokens"), sch.max_batched_tokens,
-                                      max(1, 8192 // shape["attention_data"]),
-                                      "SGLang chunked_prefill_size 8192 / attention_data")
-    else:
-        max_batched_tokens = rec.pick((*sp, "max_batched_tokens"), sch.max_batched_tokens, 8192)
+    max_batched_tokens = rec.pick(
+        (*sp, "max_batched_tokens"), sch.max_batched_tokens,
+        geometry.default_token_budget(backend, shape["attention_data"]),
+        "SGLang chunked_prefill_size 8192 / attention_data" if backend == "sglang" else None)
     max_sequences = rec.pick((*sp, "max_sequences"), sch.max_sequences,
                              1 if name == "prefill" else 256,
                              "1 for the prefill role" if name == "prefill" else None)
