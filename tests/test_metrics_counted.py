@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 
 from servesim.engines.kernel.metrics import (
     MetricsCollector,
-    counted_distribution,
     distribution,
     exact_sum,
+    sorted_distribution,
 )
 from servesim.engines.kernel.requests import RequestRecord
 
@@ -26,9 +26,20 @@ values = st.one_of(st.sampled_from([0.0, 1.0, 2.5, 1e-3, 7.123456789, 1e5 / 3, 0
                    st.floats(0.0, 1e7, allow_nan=False, allow_infinity=False))
 
 
-@given(st.lists(values, max_size=200))
-def test_counted_distribution_equals_the_sample_distribution(samples: list[float]) -> None:
-    assert counted_distribution(Counter(samples), "itl") == distribution(samples, "itl")
+@given(st.lists(values, max_size=200), st.lists(st.booleans()))
+def test_sorted_distribution_equals_the_sample_distribution(
+        samples: list[float], splits: list[bool]) -> None:
+    # the multiset as sorted (value, count) pairs; a value may take several entries
+    values, weights = [], []
+    marks = itertools.chain(splits, itertools.repeat(False))
+    for (value, count), split in zip(sorted(Counter(samples).items()), marks, strict=False):
+        if split and count > 1:
+            values.append(value)
+            weights.append(1)
+            count -= 1
+        values.append(value)
+        weights.append(count)
+    assert sorted_distribution(values, weights, "itl") == distribution(samples, "itl")
 
 
 @given(st.lists(st.tuples(values, st.integers(1, 10**6)), max_size=50))

@@ -109,12 +109,10 @@ _SPLIT_COUNT = 1 << 26  # counts below this times a half are exact
 _TINY, _HUGE = 2.0 ** -900, 2.0 ** 900  # no underflow of the halves' products, no overflow
 
 
-def counted_distribution(counts: Mapping[float, int], name: str,
-                         unit: str = "_ms") -> dict[str, float]:
-    """:func:`distribution` of a multiset given as ``value -> count``; the same floats."""
-    items = sorted(counts.items())
-    values = [v for v, _ in items]
-    weights = [c for _, c in items]
+def sorted_distribution(values: list[float], weights: list[int], name: str,
+                        unit: str = "_ms") -> dict[str, float]:
+    """:func:`distribution` of every ``values[i]`` repeated ``weights[i] > 0`` times,
+    ``values`` in non-decreasing order; the same floats."""
     n = sum(weights)
     out: dict[str, float] = {}
     if n == 0:
@@ -129,8 +127,8 @@ def counted_distribution(counts: Mapping[float, int], name: str,
     for label, p in PERCENTILES:
         rank = min(max(math.floor((n - 1) * p / 100.0 + 0.5), 0), n - 1)
         out[f"{label}_{name}{unit}"] = float(values[bisect.bisect_right(cumulative, rank)])
-    deviations = [v - mean for v in values]
-    squares = [d * d for d in deviations]
+    deviations = list(map(operator.sub, values, itertools.repeat(mean, len(values))))
+    squares = list(map(operator.mul, deviations, deviations))
     out[f"std_{name}{unit}"] = math.sqrt(exact_sum(squares, weights) / n)
     return out
 
@@ -353,19 +351,18 @@ class MetricsCollector:
             "total_throughput_tok_s": rate(total_input + self.total_output_tokens),
         }
         self._fold_runs()
+        gaps = sorted(self._itl)
+        counts = list(map(self._itl.__getitem__, gaps))
         for name in LATENCIES:
             if name == "itl":
-                out.update(counted_distribution(self._itl, name))
+                out.update(sorted_distribution(gaps, counts, name))
             else:
                 out.update(distribution(self._samples[name], name))
-        # 1000 / gap for every positive gap (gaps are never negative)
-        per_user: Counter[float] = Counter()
-        get = per_user.get
-        for gap, count in self._itl.items():
-            if gap:
-                rate_of_gap = 1000.0 / gap
-                per_user[rate_of_gap] = get(rate_of_gap, 0) + count
-        out.update(counted_distribution(per_user, PER_USER, unit=""))
+        # 1000 / gap for every positive gap (gaps are never negative), in non-decreasing
+        # order: a correctly rounded division is monotonic in the divisor
+        zero = bisect.bisect_right(gaps, 0.0)
+        rates = list(map(operator.truediv, itertools.repeat(1000.0), gaps[zero:][::-1]))
+        out.update(sorted_distribution(rates, counts[zero:][::-1], PER_USER, unit=""))
         out["num_ttft_samples"] = len(self._samples["ttft"])
         out["num_tpot_samples"] = len(self._samples["tpot"])
         out["num_e2e_latency_samples"] = len(self._samples["e2e_latency"])
