@@ -1,7 +1,7 @@
 """The invariant auditor and the watchdog: on in the suite, and each check can fail.
 
 Every test here corrupts one piece of scheduler, pool or loop state from the outside (a
-wrapper around a rank's pass, or a sink that misbehaves) and expects the auditor's
+replay whose pass hooks misbehave, or a sink that does) and expects the auditor's
 ``invariant-violated`` error naming the invariant, the rank and the request.
 """
 
@@ -40,27 +40,30 @@ def test_the_suite_runs_every_replay_under_the_auditor() -> None:
     assert invariant_checks_enabled()
 
 
+class _CorruptedReplay(AggregatedReplay):
+    """A stepwise replay (a bulk advance skips passes) whose rank 0 state is corrupted once,
+    after the first of its passes for which ``corrupt`` returns anything but False. The
+    hook is on the replay, not the rank: a compiled scheduler's methods cannot be patched."""
+
+    corrupt: Corrupt | None = None
+
+    def _run_ranks(self, worker: Any) -> tuple[list[RankPass], float, bool]:
+        rank = worker.ranks[0]
+        ran = rank.has_work  # then its pass is the first result
+        results, duration, progressed = super()._run_ranks(worker)
+        if self.corrupt is not None and ran and self.corrupt(rank, results[0]) is not False:
+            self.corrupt = None
+        return results, duration, progressed
+
+
 def _aggregated(sim: type[Sim], corrupt: Corrupt, *, role: RoleArgs | None = None,
                 outs: tuple[int, ...] | list[int] = (4, 4, 4)) -> AggregatedReplay:
-    """A replay whose rank 0 state is corrupted once, after the first pass for which
-    ``corrupt`` returns anything but False (the first pass, usually)."""
     role = role or sim.role()
     specs = [sim.spec(i, 12, out) for i, out in enumerate(outs)]
     records: list[RequestRecord] = []
-    # Stepwise: the corruption hooks execute_pass, which bulk-advanced passes bypass.
-    run = AggregatedReplay(role, make_timer(role), ListWorkload(specs), records.append, None,
+    run = _CorruptedReplay(role, make_timer(role), ListWorkload(specs), records.append, None,
                            bulk_decode=False)
-    rank = run.workers[0].ranks[0]
-    original = rank.execute_pass
-    done = [False]
-
-    def execute_pass(now: float, wave_step: int = 0, dp_size: int = 1) -> RankPass:
-        out = original(now, wave_step, dp_size)
-        if not done[0]:
-            done[0] = corrupt(rank, out) is not False
-        return out
-
-    rank.execute_pass = execute_pass  # type: ignore[method-assign]
+    run.corrupt = corrupt
     return run
 
 
@@ -207,16 +210,13 @@ def test_a_disaggregated_source_that_is_never_released(sim: type[Sim]) -> None:
     prefill = sim.role(worker_type="prefill")
     decode = sim.role(worker_type="decode")
     specs = [sim.spec(i, 12, 3) for i in range(2)]
-    run = DisaggReplay(prefill, decode, None, ListWorkload(specs), lambda r: None)
-    rank = run.prefill_workers[0].ranks[0]
 
-    def leaky(seq: Any) -> bool:
-        if seq not in rank.held:
-            return False
-        del rank.held[seq]  # forgets the source but keeps its blocks referenced
-        return True
+    class Leaky(DisaggReplay):
+        def _complete_transfer(self, flight: Any) -> None:
+            flight.source.lease = []  # the source is released, its blocks stay referenced
+            super()._complete_transfer(flight)
 
-    rank.release_source = leaky  # type: ignore[method-assign]
+    run = Leaky(prefill, decode, None, ListWorkload(specs), lambda r: None)
     assert _violation(run) == (
         "invariant 'block-refcount' violated on prefill worker 0 rank 0: block 0 has 1 "
         "references, the requests on the rank hold 0")
@@ -236,13 +236,14 @@ def test_without_the_auditor_the_corruption_goes_unnoticed(sim: type[Sim]) -> No
 def test_zero_time_passes_that_change_nothing_end_with_the_stuck_requests(
         sim: type[Sim]) -> None:
     role = sim.role()
-    run = AggregatedReplay(role, make_timer(role),
-                           ListWorkload([sim.spec(0, 8, 2), sim.spec(1, 8, 2)]),
-                           lambda r: None, None)
-    rank = run.workers[0].ranks[0]
-    # A scheduler bug: a pass that claims progress, takes no time and changes nothing.
-    rank.execute_pass = lambda now, wave_step=0, dp_size=1: RankPass(  # type: ignore[method-assign]
-        progressed=True)
+
+    class Stuck(AggregatedReplay):
+        # A scheduler bug: a pass that claims progress, takes no time and changes nothing.
+        def _run_ranks(self, worker: Any) -> tuple[list[RankPass], float, bool]:
+            return [RankPass(progressed=True)], 0.0, True
+
+    run = Stuck(role, make_timer(role), ListWorkload([sim.spec(0, 8, 2), sim.spec(1, 8, 2)]),
+                lambda r: None, None)
     with check_invariants(False), pytest.raises(ReplayError) as info:
         run.run()
     (diag,) = info.value.diagnostics

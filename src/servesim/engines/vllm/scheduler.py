@@ -36,9 +36,8 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Final
-
-import attrs
 
 from servesim.engines.kernel.blocks import BlockPool
 from servesim.engines.kernel.requests import RequestRecord, RequestSpec
@@ -85,7 +84,7 @@ def partial_identity(prompt: Prompt, lo: int, hi: int, previous: int) -> int:
     return block_hashes(span, hi - lo, previous=previous)[0]
 
 
-@attrs.define(slots=True, eq=False)
+@dataclass(slots=True, eq=False)
 class SeqState:
     """Scheduler state of one request on one rank."""
 
@@ -103,9 +102,9 @@ class SeqState:
     num_computed: int = 0
     status: int = WAITING
     admitted: bool = False
-    lease: list[int] = attrs.field(factory=list)
+    lease: list[int] = field(default_factory=list)
     # Chained identities of complete blocks of prompt + generated tokens, grown lazily.
-    hashes: list[int] = attrs.field(factory=list)
+    hashes: list[int] = field(default_factory=list)
     num_published: int = 0  # leading lease blocks that are cache-visible
     # What this request took in the current pass, so a later preemption can refund it.
     pass_id: int = -1
@@ -124,7 +123,7 @@ class SeqState:
         return self.prompt_len + self.generated >= self.stop_len
 
 
-@attrs.define(slots=True, eq=False)
+@dataclass(slots=True, eq=False)
 class RankPass:
     """What one rank did in one pass; token times are stamped by the caller."""
 
@@ -135,9 +134,9 @@ class RankPass:
     prefill_args: tuple[int, int, int] | None = None
     prefill_tokens: int = 0
     # One entry per emitted token: a speculative burst lists its request once per token.
-    emitted: list[SeqState] = attrs.field(factory=list)
-    finished: list[SeqState] = attrs.field(factory=list)  # completed at the end of the pass
-    rejected: list[SeqState] = attrs.field(factory=list)  # terminal at the start of the pass
+    emitted: list[SeqState] = field(default_factory=list)
+    finished: list[SeqState] = field(default_factory=list)  # completed at the end of the pass
+    rejected: list[SeqState] = field(default_factory=list)  # terminal at the start of the pass
     progressed: bool = False
 
     @property
