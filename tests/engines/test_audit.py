@@ -166,32 +166,30 @@ def test_a_finished_request_left_in_a_queue(sim: type[Sim]) -> None:
 
 def test_a_request_that_reaches_the_sink_twice(sim: type[Sim]) -> None:
     role = sim.role()
-    run = AggregatedReplay(role, make_timer(role), ListWorkload([sim.spec(0, 8, 2)]),
-                           lambda record: None, None)
-    terminal = run._terminal
 
-    def twice(seq: Any, status: Any, time_ms: float) -> None:
-        terminal(seq, status, time_ms)
-        run.sink(seq.record)
+    class Twice(AggregatedReplay):
+        def _terminal(self, seq: Any, status: Any, time_ms: float) -> None:
+            super()._terminal(seq, status, time_ms)
+            self.sink(seq.record)
 
-    run._terminal = twice  # type: ignore[method-assign]
+    run = Twice(role, make_timer(role), ListWorkload([sim.spec(0, 8, 2)]), lambda record: None,
+                None)
     assert _violation(run) == ("invariant 'terminal-once' violated on the sink: request 0: "
                                "reached the sink twice")
 
 
 def test_token_counts_and_times_in_the_records(sim: type[Sim]) -> None:
     role = sim.role()
-    run = AggregatedReplay(role, make_timer(role), ListWorkload([sim.spec(0, 8, 2)]),
-                           lambda record: None, None, bulk_decode=False)  # a pass per token
-    end_pass = run._end_pass
 
-    def extra_token(worker: Any) -> None:
-        for res in worker.pending:
-            for seq in res.emitted:
-                seq.record.token_times.append(0.5)  # before the pass end, then the real one
-        end_pass(worker)
+    class ExtraToken(AggregatedReplay):
+        def _end_pass(self, worker: Any) -> None:
+            for res in worker.pending:
+                for seq in res.emitted:
+                    seq.record.token_times.append(0.5)  # before the pass end, then the real one
+            super()._end_pass(worker)
 
-    run._end_pass = extra_token  # type: ignore[method-assign]
+    run = ExtraToken(role, make_timer(role), ListWorkload([sim.spec(0, 8, 2)]),
+                     lambda record: None, None, bulk_decode=False)  # a pass per token
     assert _violation(run) == ("invariant 'monotonic-time' violated on the sink: request 0: "
                                "token times go back")
 

@@ -38,9 +38,11 @@ zero-delay transfer completes inline, at the instant its reservation succeeds.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import attrs
+from mypy_extensions import mypyc_attr
 
 from servesim.engines.base import ReplayResult
 from servesim.engines.disagg.ranks import DecodeRank, DestinationRejected, PrefillRank
@@ -62,7 +64,7 @@ from servesim.timing.base import front_end
 Sink = Callable[[RequestRecord], None]
 
 
-@attrs.frozen(slots=True)
+@dataclass(frozen=True, slots=True)
 class DisaggStats:
     """Run totals; per-request outcomes went to the sink."""
 
@@ -87,7 +89,7 @@ class DisaggStats:
         return len(self.decode_busy_ms) * self.end_ms / 1000.0
 
 
-@attrs.define(slots=True, eq=False, kw_only=True)
+@dataclass(slots=True, eq=False, kw_only=True)
 class PoolWorker(PassWorker):
     """One replica of a pool: its rank schedulers and the pass in flight."""
 
@@ -95,10 +97,10 @@ class PoolWorker(PassWorker):
     # Zero-time cycle detection: the instant of the last zero-duration pass and the
     # worker states seen at the start of later passes at that instant.
     zero_at: float = -1.0
-    seen: set[tuple[Any, ...]] = attrs.field(factory=set)
+    seen: set[tuple[Any, ...]] = field(default_factory=set)
 
 
-@attrs.define(slots=True, eq=False)
+@dataclass(slots=True, eq=False)
 class Flight:
     """One request in flight through both pools."""
 
@@ -113,7 +115,7 @@ class Flight:
     transfer_ms: float = 0.0
 
 
-@attrs.define(slots=True, eq=False)
+@dataclass(slots=True, eq=False)
 class _TransferDone:
     flight: Flight
 
@@ -124,6 +126,7 @@ def _scratch(spec: RequestSpec) -> RequestRecord:
                          requested_output_length=spec.output_length, status="incomplete")
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class DisaggReplay(ReplayLoop[PoolWorker]):
     """One P/D run; :func:`replay_disaggregated` is the usual entry point. Keeping the
     object gives access to both pools (and their rank block pools) after :meth:`run`.

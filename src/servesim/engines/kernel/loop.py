@@ -34,9 +34,10 @@ from __future__ import annotations
 import bisect
 from array import array
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-import attrs
+from mypy_extensions import mypyc_attr
 
 from servesim.engines.kernel.audit import guard_replay
 from servesim.engines.kernel.events import PHASE_ARRIVAL, PHASE_ENGINE, EventQueue
@@ -56,7 +57,7 @@ AFTER_EVENTS = (PHASE_ARRIVAL + 1, 0)
 LATER_ROUND = (PHASE_ARRIVAL + 2, 0)
 
 
-@attrs.define(slots=True, eq=False)
+@dataclass(slots=True, eq=False)
 class Segment:
     """Steady decode passes of one worker, planned when they start and applied when the
     last one ends (or cut short when something touches the worker)."""
@@ -66,7 +67,7 @@ class Segment:
     waiting: list[bool]  # per rank: a request was waiting when the segment started
 
 
-@attrs.define(slots=True, eq=False, kw_only=True)
+@dataclass(slots=True, eq=False, kw_only=True)
 class PassWorker:
     """One replica: its rank schedulers and the pass in flight."""
 
@@ -77,11 +78,11 @@ class PassWorker:
     wave_step: int = 0  # passes since the worker's DP group last drained
     busy: bool = False
     pass_start: float = 0.0
-    pending: list[RankPass] = attrs.field(factory=list)
+    pending: list[RankPass] = field(default_factory=list)
     busy_ms: float = 0.0
     segment: Segment | None = None  # steady decode passes in flight instead of one pass
     # the end time of every pass closed so far, in order (RequestRecord.pass_ends)
-    pass_ends: array = attrs.field(factory=lambda: array("d"))
+    pass_ends: array = field(default_factory=lambda: array("d"))
     end_entry: Any = None  # the heap entry of the end of the pass or segment in flight
 
     def place(self) -> int:
@@ -94,11 +95,17 @@ class PassWorker:
 W = TypeVar("W", bound=PassWorker)
 
 
-@attrs.define(slots=True, eq=False)
 class PassEnd(Generic[W]):
-    worker: W
+    """The event ending a worker's pass or segment. A plain class: mypyc cannot compile a
+    generic dataclass."""
+
+    __slots__ = ("worker",)
+
+    def __init__(self, worker: W) -> None:
+        self.worker = worker
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # engines, ours and plugins', subclass it
 class ReplayLoop(Generic[W]):
     """Clock, event heap and worker passes of one run (see the module docstring)."""
 

@@ -15,9 +15,10 @@ unfinished pass.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-import attrs
+from mypy_extensions import mypyc_attr
 
 from servesim.engines.kernel.loop import PassEnd, PassWorker, ReplayLoop
 from servesim.engines.kernel.requests import (
@@ -35,7 +36,7 @@ from servesim.timing.base import front_end
 Sink = Callable[[RequestRecord], None]
 
 
-@attrs.frozen(slots=True)
+@dataclass(frozen=True, slots=True)
 class ReplayStats:
     """Run totals; per-request outcomes went to the sink."""
 
@@ -53,11 +54,12 @@ class ReplayStats:
         return len(self.worker_busy_ms) * self.end_ms / 1000.0
 
 
-@attrs.define(slots=True, eq=False, kw_only=True)
+@dataclass(slots=True, eq=False, kw_only=True)
 class Worker(PassWorker):
     """One aggregated replica: its rank schedulers and the pass in flight."""
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class AggregatedReplay(ReplayLoop[Worker]):
     """One aggregated run; :func:`replay_aggregated` is the usual entry point. Keeping the
     object gives access to the workers (and their rank pools) after :meth:`run`.
