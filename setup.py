@@ -22,6 +22,7 @@ COMPILED = [
     "src/servesim/engines/kernel/blocks.py",
     "src/servesim/engines/kernel/events.py",
     "src/servesim/engines/kernel/loop.py",
+    "src/servesim/engines/kernel/metrics.py",
     "src/servesim/engines/kernel/tokens.py",
     "src/servesim/engines/vllm/engine.py",
     "src/servesim/engines/vllm/scheduler.py",
@@ -29,6 +30,7 @@ COMPILED = [
     "src/servesim/engines/disagg/engine.py",
     "src/servesim/engines/disagg/ranks.py",
     "src/servesim/timing/polynomial.py",
+    "src/servesim/workloads/mooncake.py",
 ]
 
 

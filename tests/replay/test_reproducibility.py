@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from servesim.cli import main
+from servesim.engines.kernel.requests import RequestRecord
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "configs"
@@ -44,15 +45,15 @@ def test_ctrl_c_keeps_only_complete_request_lines_and_no_report(
     import servesim.replay
 
     added = []
-    original = servesim.replay.MetricsCollector.add
 
-    def add(self: object, record: object) -> None:
-        if len(added) == 3:
-            raise KeyboardInterrupt
-        added.append(record)
-        original(self, record)  # type: ignore[arg-type]
+    class Interrupted(servesim.replay.MetricsCollector):
+        def add(self, record: RequestRecord) -> None:
+            if len(added) == 3:
+                raise KeyboardInterrupt
+            added.append(record)
+            super().add(record)
 
-    monkeypatch.setattr(servesim.replay.MetricsCollector, "add", add)
+    monkeypatch.setattr(servesim.replay, "MetricsCollector", Interrupted)
     report, requests = tmp_path / "report.json", tmp_path / "requests.jsonl"
     code = main(["replay", str(EXAMPLES / "qwen3_32b_h200.toml"), "-o", str(report),
                  "--requests-out", str(requests), "--quiet"])
@@ -62,5 +63,5 @@ def test_ctrl_c_keeps_only_complete_request_lines_and_no_report(
     assert not report.exists()
     assert not list(tmp_path.glob(".report.json.*"))  # no temporary file left behind
     records = [json.loads(line) for line in requests.read_text().splitlines()]
-    assert [r["request_id"] for r in records] == [r.request_id for r in added]  # type: ignore[attr-defined]
+    assert [r["request_id"] for r in records] == [r.request_id for r in added]
     assert requests.read_text().endswith("\n")

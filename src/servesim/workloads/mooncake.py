@@ -24,10 +24,9 @@ import json
 import math
 from collections import deque
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
-
-import attrs
 
 from servesim.engines.kernel.tokens import Prompt, Segment, make_prompt
 from servesim.errors import Diagnostic, WorkloadError
@@ -36,7 +35,7 @@ _INT_ONLY = frozenset({int})
 ROW_EXAMPLE = '{"timestamp": 0, "input_length": 700, "output_length": 10, "hash_ids": [7, 8]}'
 
 
-@attrs.frozen(slots=True)
+@dataclass(frozen=True, slots=True)
 class TraceRow:
     """One validated trace row."""
 
@@ -52,7 +51,7 @@ class TraceRow:
     delay_ms: float  # before this turn; 0 for a session's first turn
 
 
-@attrs.define(slots=True)
+@dataclass(slots=True)
 class _SessionState:
     turns_read: int
     last_timestamp: float | None

@@ -29,6 +29,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import IO, Any
 
+from mypy_extensions import mypyc_attr
+
 from servesim.engines.kernel.requests import RequestRecord
 from servesim.payload import SlaArgs
 
@@ -226,6 +228,7 @@ def write_request_records(records: Iterable[RequestRecord], stream: IO[str]) -> 
     return writer.count
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class MetricsCollector:
     """Accumulates finished requests and produces the flat report dict.
 
