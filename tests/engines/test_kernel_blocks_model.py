@@ -1,8 +1,9 @@
 """The block pool against a plain model of its rules, over random operation sequences.
 
-The model keeps the same state in the most direct form (one loop per block) and is the
-definition the pool's batched operations must match exactly: same leases (block ids and
-order), same counters, same cached identities, same lookups, same LRU order.
+The model keeps the same state in the most direct form (one loop per block, ids reused
+from a free list) and is the definition the pool's run-based operations must match
+exactly: same leases (block for block, up to the ids the pool gives its blocks), same
+counters, same cached identities and lookups, same LRU order.
 """
 
 from __future__ import annotations
@@ -113,14 +114,18 @@ def _identities(family: int, holder: int, n: int) -> list[int]:
 def test_the_pool_follows_the_model(num_blocks: int, ops: list[tuple[str, int, int, int]]) -> None:
     pool, model = BlockPool(num_blocks, 4), ModelPool(num_blocks)
     leases: dict[int, tuple[list[int], list[int], list[int]]] = {}  # pool, model, hashes
+    named: dict[int, int] = {}  # pool block -> the model block at the same place
     for kind, holder, size, family in ops:
         if holder not in leases:
             leases[holder] = ([], [], _identities(family, holder, 12))
         lp, lm, hashes = leases[holder]
+        held = len(lp)
         if kind == "alloc" and not lp:
             hits = pool.lookup(hashes, size)
-            assert hits == model.lookup(hashes, size)
-            assert pool.allocate(lp, size, reuse=hits) == model.allocate(lm, size, reuse=hits)
+            model_hits = model.lookup(hashes, size)
+            assert [named[b] for b in hits] == model_hits
+            assert pool.allocate(lp, size, reuse=hits) == model.allocate(lm, size,
+                                                                         reuse=model_hits)
         elif kind == "grow" and lp:
             target = min(len(lp) + size % 4, len(hashes))
             assert pool.allocate(lp, target) == model.allocate(lm, target)
@@ -132,20 +137,27 @@ def test_the_pool_follows_the_model(num_blocks: int, ops: list[tuple[str, int, i
             pool.release(lp)
             model.release(lm)
         elif kind == "forget" and lp:
-            block = lp[size % len(lp)]
-            pool.forget(block, hashes[size % len(lp)])
-            model.forget(block, hashes[size % len(lp)])
-        assert lp == lm
+            i = size % len(lp)
+            pool.forget(lp[i], hashes[i])
+            model.forget(lm[i], hashes[i])
+        named.update(zip(lp[held:], lm[held:], strict=True))  # fresh blocks got their ids
+        assert [named[b] for b in lp] == lm
         assert pool.num_active == len(model.ref)
         assert pool.num_inactive == len(model.lru)
         assert pool.num_free == len(model.free) + num_blocks - model.unused
         assert pool.cached_identities() == set(model.index)
-        for block in model.ident:
-            assert pool.identity(block) == model.ident[block]
+        for lp, lm, _ in leases.values():
+            for block, model_block in zip(lp, lm, strict=True):
+                assert pool.identity(block) == model.ident.get(model_block)
+                assert pool.is_active(block)
+        assert pool.count_active(pool.lookup(hashes, 12)) == sum(
+            b in model.ref for b in model.lookup(hashes, 12))
         pool.check()
-    # the LRU order: evicting everything takes the model's order
-    order_pool: list[int] = []
-    order_model: list[int] = []
-    assert pool.allocate(order_pool, pool.num_available) == model.allocate(
-        order_model, model.available(()))
-    assert order_pool == order_model
+    # the LRU order: evicting one block at a time drops the model's identities in order
+    while pool.num_free < pool.num_available:
+        before = pool.cached_identities()
+        assert pool.allocate([], pool.num_free + 1)
+        assert model.allocate([], len(model.free) + num_blocks - model.unused + 1)
+        gone = before - pool.cached_identities()
+        assert len(gone) == 1 and gone == before - set(model.index)
+        pool.check()

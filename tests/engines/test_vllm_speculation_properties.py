@@ -79,7 +79,7 @@ def _check_conservation(rank: RankScheduler) -> None:
         if seq.state is not None:
             assert seq.state.working == []
             assert not any(ck.held for ck in seq.state.retained)
-    assert dict(held) == rank.pool._ref
+    assert dict(held) == rank.pool.references()
     if rank.state is not None:
         for seq in rank.running:
             assert seq.state is not None

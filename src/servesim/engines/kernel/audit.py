@@ -144,41 +144,9 @@ def _holdings(seq: Any) -> Iterator[tuple[str, list[int]]]:
 
 
 def audit_pool(pool: BlockPool, where: str) -> None:
-    """The pool's own bookkeeping: totals, reference counts, LRU, free list, index."""
-    ref, lru, free, ident, index = pool._ref, pool._lru, pool._free, pool._hash, pool._index
-    if pool._num_active != len(ref):
-        raise violation("pool-totals", where, f"{pool._num_active} blocks counted active but "
-                        f"{len(ref)} have references")
-    bad = next((b for b, r in ref.items() if r <= 0), None)
-    if bad is not None:
-        raise violation("block-refcount", where, f"block {bad} has reference count {ref[bad]}")
-    if not 0 <= pool._next_unused <= pool.num_blocks:
-        raise violation("pool-totals", where, f"{pool._next_unused} blocks handed out of "
-                        f"{pool.num_blocks}")
-    free_set = set(free)
-    if len(free_set) != len(free):
-        dup = next(b for b, n in Counter(free).items() if n > 1)
-        raise violation("pool-totals", where, f"block {dup} is on the free list twice")
-    total = len(ref) + len(lru) + pool.num_free
-    if total != pool.num_blocks:
-        raise violation("pool-totals", where, f"active {len(ref)} + cached {len(lru)} + free "
-                        f"{pool.num_free} = {total} blocks, the pool has {pool.num_blocks}")
-    for name, blocks in (("cached", lru), ("free", free_set)):
-        for b in blocks:
-            if b in ref or (name == "free" and b in lru) or not 0 <= b < pool._next_unused:
-                raise violation("pool-totals", where, f"{name} block {b} is also active, "
-                                "cached or was never handed out")
-    for h, b in index.items():
-        if ident.get(b) != h:
-            raise violation("prefix-index", where, f"identity {h} points at block {b}, which "
-                            f"carries {ident.get(b)}")
-    if len(index) != len(ident):
-        raise violation("prefix-index", where, f"{len(ident)} blocks carry an identity but "
-                        f"{len(index)} identities answer lookups")
-    for b in ident:
-        if b not in ref and b not in lru:
-            raise violation("prefix-index", where, f"block {b} has a cache identity but is "
-                            "neither active nor cached")
+    """The pool's own bookkeeping: totals, reference counts, LRU, prefix index."""
+    for invariant, detail in pool.problems():
+        raise violation(invariant, where, detail)
 
 
 def audit_rank(rank: Any, where: str, live: set[int] | None = None) -> dict[int, str]:
@@ -226,7 +194,7 @@ def audit_rank(rank: Any, where: str, live: set[int] | None = None) -> dict[int,
             if holds and queue == "running" and seq.num_computed > len(seq.lease) * bs:
                 raise violation("block-refcount", where, f"{seq.num_computed} tokens computed "
                                 f"in a lease of {len(seq.lease)} blocks", rid)
-    actual = rank.pool._ref
+    actual = rank.pool.references()
     if expected != Counter(actual):
         for b in sorted(set(expected) | set(actual)):
             if expected.get(b, 0) != actual.get(b, 0):
