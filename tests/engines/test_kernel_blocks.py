@@ -136,3 +136,37 @@ def test_a_fully_evicted_pool_reuses_every_block() -> None:
         pool.release(lease)
         pool.check()
     assert pool.num_inactive == 3 and pool.num_active == 0
+
+
+def test_a_block_reused_over_and_over_keeps_the_lru_small() -> None:
+    # Each reuse invalidates the block's release run lazily; with nothing ever evicted the
+    # stale runs are dropped once they outnumber the cached blocks.
+    pool = BlockPool(4, 4)
+    h = _hashes((1, 4))
+    lease: list[int] = []
+    pool.allocate(lease, 1)
+    pool.publish(lease, h, 0, 1)
+    pool.release(lease)
+    for _ in range(1000):
+        assert pool.allocate(lease, 2, reuse=pool.lookup(h, 1))
+        pool.release(lease)
+        pool.check()
+    assert len(pool._lru) <= 2 * pool.num_inactive + 64
+    assert (pool.num_active, pool.num_inactive, pool.num_free) == (0, 1, 3)
+
+
+def test_a_lease_grown_block_by_block_is_one_run() -> None:
+    # Decode steps grow a lease one block at a time: its blocks stay one extent, so
+    # publishing and releasing it work on one run, and the LRU order is still leaf first.
+    pool = BlockPool(16, 4)
+    h = _hashes((1, 32))
+    lease: list[int] = []
+    for n in range(1, 9):
+        assert pool.allocate(lease, n)
+        pool.publish(lease, h, n - 1, n)
+    assert lease == list(range(lease[0], lease[0] + 8))
+    assert len(pool._runs(lease, 0, len(lease))) == 1
+    pool.release(lease)
+    assert pool.allocate(lease, 8 + 3)  # 8 free blocks, then 3 evictions: the leaves
+    assert pool.cached_identities() == set(h[:5])
+    pool.check()

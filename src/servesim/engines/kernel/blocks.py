@@ -44,7 +44,8 @@ Lease = list[int]
 
 
 class _Extent:
-    """Blocks ``base .. base + len(blocks) - 1``: one lease's fresh blocks, in token order.
+    """Blocks ``base .. base + len(blocks) - 1``: fresh blocks for consecutive positions of
+    a lease, in token order (see :meth:`BlockPool._take_fresh`).
 
     Per offset: ``ref`` (references), ``ident`` (the identity the block answers lookups
     for, or None) and ``stamp`` (the release run holding it in the LRU, or None). A block
@@ -231,8 +232,10 @@ class BlockPool:
             if list(map(setdefault, names, blocks)) == blocks:
                 ext.ident[lo:hi] = names  # :meth:`_name` for each block, all identities new
                 continue
+            # Some identity had an answer: decide block by block (the identities the
+            # bulk setdefault added already answer with these blocks).
             for offset, h in zip(range(lo, hi), names, strict=True):
-                self._name(ext, offset, h)  # setdefault again: a no-op, now answering
+                self._name(ext, offset, h)
 
     def _name(self, ext: _Extent, offset: int, identity: int) -> None:
         """Publish one block: it carries ``identity`` unless another block answers it."""
@@ -312,7 +315,7 @@ class BlockPool:
             ext, lo, hi = run.ext, run.lo, run.hi
             stamp = ext.stamp
             if run.stale:
-                # Referenced, forgotten or evicted since that release: keep the blocks
+                # Some were referenced or forgotten since that release: keep the blocks
                 # still inactive from it, as maximal runs in the same (top-down) order.
                 lru.popleft()
                 kept = []
