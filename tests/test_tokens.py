@@ -1,4 +1,4 @@
-from servesim.engines.kernel.tokens import Segment, block_hashes, make_prompt, truncate
+from servesim.engines.kernel.tokens import Segment, block_hashes, make_prompt, segment, truncate
 
 
 def test_equal_prefixes_share_block_identities_and_partial_blocks_have_none() -> None:
@@ -22,3 +22,10 @@ def test_make_prompt_merges_continuing_runs_and_truncate_cuts() -> None:
     p = make_prompt([Segment(1, 3, False), Segment(1, 2, False, offset=3), Segment(2, 0)])
     assert p == (Segment(1, 5, False),)
     assert truncate(p, 2) == (Segment(1, 2, False),)
+
+
+def test_the_fast_constructor_builds_the_same_segment() -> None:
+    for args in [(3, 64), (3, 10, False, 5), (-2, 1, False)]:
+        seg = segment(*args)
+        assert type(seg) is Segment and seg == Segment(*args)
+        assert (seg.key, seg.length) == args[:2] and seg._replace(length=1).length == 1

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from servesim.engines.kernel.tokens import Prompt, Segment, make_prompt
+from servesim.engines.kernel.tokens import Prompt, Segment, make_prompt, segment
 from servesim.errors import Diagnostic, WorkloadError
 
 _INT_ONLY = frozenset({int})
@@ -424,7 +424,6 @@ class MooncakeReader:
         intern = self._intern
         full = self._full_segments  # identical full-block segments are shared (frozen)
         segments: list[Segment] = []
-        append = segments.append
         left = input_length
         prev = -1
         adjacent = False  # a dense id repeats back to back: make_prompt merges the runs
@@ -437,10 +436,10 @@ class MooncakeReader:
                 if left >= bs:
                     seg = full[dense]
                     if seg is None:
-                        seg = full[dense] = Segment(dense, bs)
+                        seg = full[dense] = segment(dense, bs)
                 else:
-                    seg = Segment(dense, left)
-                append(seg)
+                    seg = segment(dense, left)
+                segments.append(seg)
                 left -= bs
                 if dense == prev:
                     adjacent = True

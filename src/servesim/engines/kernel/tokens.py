@@ -34,6 +34,14 @@ class Segment(NamedTuple):
 
 
 Prompt = tuple[Segment, ...]
+_new_tuple = tuple.__new__
+
+
+def segment(key: int, length: int, repeat: bool = True, offset: int = 0) -> Segment:
+    """``Segment(key, length, repeat, offset)`` for hot paths: the named tuple's own
+    constructor is a Python function, which the compiled build would leave to the
+    interpreter, once per segment."""
+    return _new_tuple(Segment, (key, length, repeat, offset))
 _LENGTH = operator.attrgetter("length")
 
 
@@ -123,10 +131,9 @@ def block_hashes(
             stop = min(n_blocks, seg_end // block_size)
             if seg.repeat:
                 single = hash(((seg.key, -1, block_size),))
-                append = out.append
                 for _ in range(stop - block):
                     h = hash((h, single))
-                    append(h)
+                    out.append(h)
             else:
                 h = extend_distinct_hashes(out, h, seg.key, seg.offset - pos, block_size,
                                            block, stop)

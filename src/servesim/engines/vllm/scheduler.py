@@ -49,6 +49,7 @@ from servesim.engines.kernel.tokens import (
     block_hashes,
     extend_distinct_hashes,
     generated_key,
+    segment,
 )
 from servesim.engines.vllm.token_ratio import NewTokenRatio, output_reserve
 from servesim.errors import Diagnostic, ReplayError
@@ -1015,7 +1016,7 @@ class RankScheduler:
             return
         prompt = seq.spec.prompt
         if n_blocks * bs > seq.prompt_len:
-            prompt = (*prompt, Segment(generated_key(seq.spec.request_id), seq.generated, False))
+            prompt = (*prompt, segment(generated_key(seq.spec.request_id), seq.generated, False))
         seq.hashes.extend(
             block_hashes(
                 prompt, bs, limit=n_blocks * bs, start=have * bs,
