@@ -85,6 +85,13 @@ def generate_million(path: Path, n: int = MILLION) -> None:
                                 "output_length": osl, "hash_ids": ids}) + "\n")
 
 
+def compiled_kernel() -> bool:
+    """Whether the replay kernel is the mypyc build (SERVESIM_MYPYC=1, see setup.py)."""
+    from servesim.engines.vllm import scheduler
+
+    return not scheduler.__file__.endswith(".py")
+
+
 def run_case(name: str, mode: str, repeat: int = 1,
              requests: int = MILLION) -> dict[str, float | str]:
     from servesim.compiler import compile_text
@@ -113,8 +120,6 @@ def run_case(name: str, mode: str, repeat: int = 1,
             outcome = replay_payload(payload, registry=registry, requests_out=requests_out)
             wall = min(wall, time.perf_counter() - started)
             cpu = min(cpu, time.process_time() - cpu0)
-    from servesim.engines.vllm import scheduler
-
     report = outcome.report
     report.pop("trace_sha256", None)  # the generated trace's temporary file
     digest = hashlib.sha256(json.dumps(report, sort_keys=True).encode()).hexdigest()
@@ -131,8 +136,7 @@ def run_case(name: str, mode: str, repeat: int = 1,
         "peak_rss_mb": rss_mb,
         "virtual_s": report["duration_ms"] / 1000,
         "report_sha256": digest,
-        # the mypyc build (SERVESIM_MYPYC=1, see setup.py) or pure Python
-        "compiled": not scheduler.__file__.endswith(".py"),
+        "compiled": compiled_kernel(),
     }
 
 
@@ -160,11 +164,8 @@ def main() -> None:
         print(json.dumps(run_case(args.case, args.mode, args.repeat, args.requests)))
         return
     cases = [args.case] if args.case else list(DEFAULT_CASES)
-    from servesim.engines.vllm import scheduler
-
     if not args.json:
-        build = "pure Python" if scheduler.__file__.endswith(".py") else "compiled (mypyc)"
-        print(f"replay kernel: {build}")
+        print(f"replay kernel: {'compiled (mypyc)' if compiled_kernel() else 'pure Python'}")
         print(f"{'case':22} {'mode':8} {'wall s':>8} {'cpu s':>8} {'requests':>9} {'req/s':>9} "
               f"{'out tok/s':>11} {'peak RSS MB':>12}")
     for name in cases:

@@ -34,6 +34,7 @@ class Segment(NamedTuple):
 
 
 Prompt = tuple[Segment, ...]
+_LENGTH = operator.attrgetter("length")
 _new_tuple = tuple.__new__
 
 
@@ -42,7 +43,6 @@ def segment(key: int, length: int, repeat: bool = True, offset: int = 0) -> Segm
     constructor is a Python function, which the compiled build would leave to the
     interpreter, once per segment."""
     return _new_tuple(Segment, (key, length, repeat, offset))
-_LENGTH = operator.attrgetter("length")
 
 
 def generated_key(request_id: int) -> int:
