@@ -25,7 +25,6 @@ import json
 import math
 import operator
 from array import array
-from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import IO, Any
 
@@ -74,27 +73,26 @@ def distribution(samples: Iterable[float], name: str, unit: str = "_ms") -> dict
 def exact_sum(values: Iterable[float], counts: Iterable[int]) -> float:
     """``math.fsum`` of every value repeated ``count`` times, in O(distinct values).
 
-    Both are the exact sum correctly rounded to a float. The usual way is C-level: each
-    value is split exactly into two halves of at most 26 significant bits (Veltkamp), so
-    a half times a count below 2**26 is an exact float and ``math.fsum`` of those
-    products is the exact sum, rounded. Values or counts outside that range take the
-    integer way: the exact sum as an integer over a power of two, and ``int / int``
-    rounds correctly.
+    Both are the exact sum correctly rounded to a float. The usual way is C-level: scaled
+    by ``2**shift``, the smallest nonzero magnitude's unit in the last place times
+    ``2**shift`` is at least 1, so every value becomes an exact integer, the integers
+    times their counts sum exactly, and ``int / int`` rounds correctly. Magnitudes below
+    ``2**-970`` or spread over more than about 970 binades, where the scale or the scaled
+    largest would overflow a float, take each value's integer ratio instead.
     """
     values = list(values)
     counts = list(counts)
     if len(values) != len(counts):
         raise ValueError("exact_sum needs one count per value")
-    if not values:
+    magnitudes = list(filter(None, map(abs, values)))
+    if not magnitudes:
         return 0.0
-    nonzero = list(filter(None, map(abs, values)))
-    if max(counts) < _SPLIT_COUNT and (not nonzero or (
-            min(nonzero) >= _TINY and max(nonzero) <= _HUGE)):
-        scaled = list(map(operator.mul, values, itertools.repeat(_VELTKAMP)))
-        high = list(map(operator.sub, scaled, map(operator.sub, scaled, values)))
-        low = map(operator.sub, values, high)
-        return math.fsum(itertools.chain(map(operator.mul, high, counts),
-                                         map(operator.mul, low, counts)))
+    low = math.frexp(min(magnitudes))[1]  # ulp(value) >= 2**(low - 53) for every value
+    high = math.frexp(max(magnitudes))[1]  # every magnitude < 2**high
+    shift = max(53 - low, 0)
+    if max(high, 0) + shift <= 1023:
+        scaled = map(int, map(operator.mul, values, itertools.repeat(math.ldexp(1.0, shift))))
+        return sum(map(operator.mul, scaled, counts)) / (1 << shift)
     num, exp = 0, 0  # the sum so far is num / 2**exp
     for value, count in zip(values, counts, strict=True):
         n, d = value.as_integer_ratio()
@@ -104,11 +102,6 @@ def exact_sum(values: Iterable[float], counts: Iterable[int]) -> float:
             exp = e
         num += (count * n) << (exp - e)
     return num / (1 << exp)
-
-
-_VELTKAMP = 134217729.0  # 2**27 + 1: splits a double into halves of <= 26 significant bits
-_SPLIT_COUNT = 1 << 26  # counts below this times a half are exact
-_TINY, _HUGE = 2.0 ** -900, 2.0 ** 900  # no underflow of the halves' products, no overflow
 
 
 def sorted_distribution(values: list[float], weights: list[int], name: str,
@@ -253,10 +246,10 @@ class MetricsCollector:
         self.goodput_output_tokens = 0
         self._samples: dict[str, array] = {name: array("d") for name in LATENCIES
                                            if name != "itl"}
-        self._itl: Counter[float] = Counter()  # every gap between adjacent tokens, counted
+        self._itl: dict[float, int] = {}  # every gap between adjacent tokens, counted
         # per pass-ends array (by id): the array and a difference array of how many
         # requests' gaps each pass ends (gaps not yet folded into ``_itl``)
-        self._runs: dict[int, tuple[array, array]] = {}
+        self._runs: dict[int, tuple[array[float], array[int]]] = {}
 
     def add(self, record: RequestRecord) -> None:
         self.num_requests += 1
@@ -286,7 +279,9 @@ class MetricsCollector:
             samples["ttst"].append(times[1] - times[0])
             samples["tpot"].append((times[-1] - times[0]) / (n - 1))
             if not self._count_run(record.pass_ends, times, n):
-                self._itl.update(map(operator.sub, itertools.islice(times, 1, None), times))
+                itl = self._itl
+                for gap in map(operator.sub, itertools.islice(times, 1, None), times):
+                    itl[gap] = itl.get(gap, 0) + 1
         samples["e2e_latency"].append(_e2e(record))
         if self._sla is not None and meets_sla(record, self._sla):
             self.goodput_completed += 1
@@ -318,13 +313,15 @@ class MetricsCollector:
     def _fold_runs(self) -> None:
         """Add the gaps counted per pass to the ``value -> count`` ITL multiset."""
         itl = self._itl
-        get = itl.get  # not ``itl[gap] += count``: a new key would call Counter.__missing__
-        for ends, cover in self._runs.values():
-            gaps = map(operator.sub, itertools.islice(ends, 1, None), ends)
-            for gap, count in zip(gaps, itertools.accumulate(itertools.islice(cover, 1, None)),
-                                  strict=False):
+        for pass_ends, cover in self._runs.values():
+            ends: list[float] = pass_ends.tolist()
+            covered: list[int] = cover.tolist()
+            count = 0
+            for k in range(1, min(len(ends), len(covered))):
+                count += covered[k]
                 if count:
-                    itl[gap] = get(gap, 0) + count
+                    gap = ends[k] - ends[k - 1]
+                    itl[gap] = itl.get(gap, 0) + count
         self._runs.clear()
 
     def report(self, *, wall_time_ms: float, gpu_seconds: float | Mapping[str, float],
