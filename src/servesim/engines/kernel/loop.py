@@ -332,26 +332,22 @@ class ReplayLoop(Generic[W]):
         cutoff = self.workload.max_time_ms
         if cutoff is None:
             cutoff = float("inf")
-        if len(plans) == 1:
-            rank, n, active = plans[0]
-            decode_ms, total = rank.timer.decode_ms, rank.total_kv_tokens
-
-            def price(j: int) -> float:  # prefill half (none) + decode half
-                a = active + n * j
-                return 0.0 + decode_ms(n, a, a // n, total)
-        else:
-            def price(j: int) -> float:  # the slowest rank
-                duration = 0.0
-                for rank, n, active in plans:
-                    a = active + n * j
-                    d = 0.0 + rank.timer.decode_ms(n, a, a // n, rank.total_kv_tokens)
-                    if d > duration:
-                        duration = d
-                return duration
         ends = array("d")
         t = self.now
+        # one rank (the usual case) is priced without a loop over the ranks
+        first, n, a = plans[0]
+        decode_ms, total, single = first.timer.decode_ms, first.total_kv_tokens, len(plans) == 1
         for j in range(steps):
-            duration = price(j)
+            if single:
+                duration = 0.0 + decode_ms(n, a, a // n, total)  # prefill half (none)
+                a += n
+            else:
+                duration = 0.0  # the slowest rank's
+                for rank, batch, active in plans:
+                    kv = active + batch * j
+                    d = 0.0 + rank.timer.decode_ms(batch, kv, kv // batch, rank.total_kv_tokens)
+                    if d > duration:
+                        duration = d
             if duration <= 0.0:
                 break
             end = t + duration
