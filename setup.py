@@ -30,7 +30,9 @@ COMPILED = [
     "src/servesim/engines/disagg/engine.py",
     "src/servesim/engines/disagg/ranks.py",
     "src/servesim/timing/polynomial.py",
+    "src/servesim/workloads/driver.py",
     "src/servesim/workloads/mooncake.py",
+    "src/servesim/workloads/trace.py",
 ]
 
 

@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Protocol
-
-import attrs
 
 from servesim.engines.kernel.requests import RequestSpec
 
@@ -50,14 +49,14 @@ def constant_arrivals(rate_per_s: float) -> Iterator[float]:
         i += 1
 
 
-@attrs.frozen
+@dataclass(frozen=True, slots=True)
 class ClosedLoop:
     """``concurrency`` units in flight; a unit ending releases the next one at that time."""
 
     concurrency: int
 
 
-@attrs.frozen
+@dataclass(frozen=True, slots=True)
 class OpenLoop:
     """Units start at the times of a fresh ``arrivals()`` stream (``None``: own times)."""
 

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-
-import attrs
+from dataclasses import dataclass
 
 from servesim.engines.kernel.requests import RequestSpec
 from servesim.engines.kernel.tokens import Segment, generated_key, make_prompt
 from servesim.workloads.mooncake import MooncakeReader, TraceRow
 
 
-@attrs.define(slots=True)
+@dataclass(slots=True)
 class TraceSession:
     """A trace session; its later rows are read from the shared reader on demand.
 
