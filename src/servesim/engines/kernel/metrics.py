@@ -293,10 +293,11 @@ class MetricsCollector:
         if ends is None:
             return False
         first = bisect.bisect_left(ends, times[0])
-        # Compared through a memoryview: C doubles, no slice copy and no float objects (the
-        # view is released at once, so the worker can still append pass ends).
+        # Compared as bytes (a memcmp, no float objects): equal bytes are equal times, and
+        # times equal but for the sign of a zero only take the per-token way below. The
+        # view is released at once, so the worker can still append pass ends.
         with memoryview(ends) as view:
-            consecutive = view[first:first + n] == times
+            consecutive = view[first:first + n].tobytes() == times.tobytes()
         if not consecutive:
             return False  # a preemption, a prefill chunk without a token, a burst...
         run = self._runs.get(id(ends))
