@@ -47,7 +47,8 @@ from servesim.engines.kernel.tokens import (
     Prompt,
     Segment,
     block_hashes,
-    extend_distinct_hashes,
+    distinct_content,
+    extend_run,
     generated_key,
     segment,
 )
@@ -1010,9 +1011,11 @@ class RankScheduler:
         if have * bs >= seq.prompt_len and n_blocks * bs <= seq.prompt_len + seq.generated:
             # Only generated tokens (a decode step completing a block): the generated
             # segment's identities, without walking the prompt to it.
-            extend_distinct_hashes(seq.hashes, seq.hashes[-1] if have else 0,
-                                   generated_key(seq.spec.request_id), -seq.prompt_len, bs,
-                                   have, n_blocks)
+            continues = have > 0 and (have - 1) * bs >= seq.prompt_len
+            content = 0 if continues else distinct_content(
+                generated_key(seq.spec.request_id), have * bs - seq.prompt_len, bs)
+            extend_run(seq.hashes, seq.hashes[-1] if have else 0, content, n_blocks - have,
+                       continues)
             return
         prompt = seq.spec.prompt
         if n_blocks * bs > seq.prompt_len:
