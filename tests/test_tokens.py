@@ -29,3 +29,15 @@ def test_the_fast_constructor_builds_the_same_segment() -> None:
         seg = segment(*args)
         assert type(seg) is Segment and seg == Segment(*args)
         assert (seg.key, seg.length) == args[:2] and seg._replace(length=1).length == 1
+
+
+def test_identities_inside_runs_resume_and_depend_on_the_tokens_only() -> None:
+    p = make_prompt([Segment(5, 3), Segment(6, 20), Segment(7, 9, repeat=False)])
+    h = block_hashes(p, 4)
+    assert len(h) == 8 and len(set(h)) == 8
+    for first in range(1, 8):  # resuming anywhere, also inside a run, gives the same chain
+        assert block_hashes(p, 4, start=first * 4, previous=h[first - 1]) == h[first:]
+    longer = make_prompt([Segment(5, 3), Segment(6, 40)])  # the same run, going on
+    assert block_hashes(longer, 4)[:5] == h[:5]
+    other = make_prompt([Segment(5, 3), Segment(6, 16), Segment(8, 4)])
+    assert block_hashes(other, 4)[:4] == h[:4] and block_hashes(other, 4)[4] != h[4]

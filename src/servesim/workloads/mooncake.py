@@ -35,9 +35,11 @@ _INT_ONLY = frozenset({int})
 ROW_EXAMPLE = '{"timestamp": 0, "input_length": 700, "output_length": 10, "hash_ids": [7, 8]}'
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False)
 class TraceRow:
-    """One validated trace row."""
+    """One validated trace row (read-only by convention: the reader shares it with the
+    workload). ``__init__`` is written out so that the compiled build runs it natively,
+    not the generated (interpreted) one, once per row."""
 
     index: int  # 0-based among data rows: the request id
     line: int  # 1-based line number in the file
@@ -49,6 +51,20 @@ class TraceRow:
     output_length: int
     timestamp_ms: float | None
     delay_ms: float  # before this turn; 0 for a session's first turn
+
+    def __init__(self, *, index: int, line: int, session_id: str, explicit_session: bool,
+                 turn_index: int, prompt: Prompt, input_length: int, output_length: int,
+                 timestamp_ms: float | None, delay_ms: float) -> None:
+        self.index = index
+        self.line = line
+        self.session_id = session_id
+        self.explicit_session = explicit_session
+        self.turn_index = turn_index
+        self.prompt = prompt
+        self.input_length = input_length
+        self.output_length = output_length
+        self.timestamp_ms = timestamp_ms
+        self.delay_ms = delay_ms
 
 
 @dataclass(slots=True)

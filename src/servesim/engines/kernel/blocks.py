@@ -175,7 +175,7 @@ class BlockPool:
 
     # -- prefix cache -----------------------------------------------------------------
 
-    def lookup(self, hashes: Sequence[int], max_blocks: int) -> list[int]:
+    def lookup(self, hashes: list[int], max_blocks: int) -> list[int]:
         """Blocks answering the longest cached prefix of ``hashes[:max_blocks]``."""
         index = self._index
         out: list[int] = []
@@ -210,7 +210,7 @@ class BlockPool:
             runs.append((ext, lo, hi, end))
         return runs
 
-    def publish(self, lease: Lease, hashes: Sequence[int], start: int, end: int) -> None:
+    def publish(self, lease: Lease, hashes: list[int], start: int, end: int) -> None:
         """Make the computed full blocks ``lease[start:end]`` visible under ``hashes``.
 
         If an identity is already cached by another block (two requests computed the same
@@ -401,10 +401,14 @@ class BlockPool:
             size = hi - lo
             ref, ident = ext.ref, ext.ident
             if ref[lo:hi].count(1) == size:  # the lease was the run's only holder
-                names = ident[lo:hi]
-                anonymous = names.count(None)
-                top = lo + names.index(None) if anonymous else hi
-                if hi - top == anonymous:  # the common shape: cached, then an anonymous tail
+                top = hi
+                while top > lo and ident[top - 1] is None:
+                    top -= 1
+                named = top
+                while named > lo and ident[named - 1] is not None:
+                    named -= 1
+                if named == lo:  # the common shape: cached, then an anonymous tail
+                    anonymous = hi - top
                     ref[lo:hi] = [0] * size
                     dropped += size
                     if top > lo:

@@ -332,38 +332,26 @@ class ReplayLoop(Generic[W]):
         cutoff = self.workload.max_time_ms
         if cutoff is None:
             cutoff = float("inf")
-        ends = array("d")
+        times: list[float] = []
         t = self.now
-        # one rank (the usual case) is priced without a loop over the ranks
-        first, n, a = plans[0]
-        decode_ms, total, single = first.timer.decode_ms, first.total_kv_tokens, len(plans) == 1
         for j in range(steps):
-            if single:
-                duration = 0.0 + decode_ms(n, a, a // n, total)  # prefill half (none)
-                a += n
-            else:
-                duration = 0.0  # the slowest rank's
-                for rank, batch, active in plans:
-                    kv = active + batch * j
-                    d = 0.0 + rank.timer.decode_ms(batch, kv, kv // batch, rank.total_kv_tokens)
-                    if d > duration:
-                        duration = d
+            duration = _steady_pass_ms(plans, j)
             if duration <= 0.0:
                 break
             end = t + duration
             if end > cutoff:
                 break
-            ends.append(end)
+            times.append(end)
             t = end
             if end >= horizon:
                 break  # the pass in flight when the worker is touched
-        k = len(ends)
+        k = len(times)
         for rank, _, _ in plans:
             if k:
                 k = rank.steady_block_limit(k)
         if not k:
             return False
-        del ends[k:]
+        ends = array("d", times[:k])
         ranks = [rank for rank, _, _ in plans]
         worker.segment = Segment(ranks, ends, [bool(rank.waiting) for rank in ranks])
         worker.busy = True
@@ -383,11 +371,10 @@ class ReplayLoop(Generic[W]):
         finished: list[RankPass] = []
         if not steps:
             return finished
-        stamp = self._stamp
         dp_size = len(worker.ranks)
         for rank, waiting in zip(segment.ranks, segment.waiting, strict=True):
             for seq in rank.running:
-                stamp(seq).extend(ends)
+                self._stamp(seq).extend(ends)
             done = rank.advance_steady(steps, worker.wave_step, dp_size, waiting)
             if done is not None:
                 finished.append(done)
@@ -455,3 +442,19 @@ class ReplayLoop(Generic[W]):
                         message=f"workload produced an arrival at {t} ms, before the current "
                         f"virtual time {self.now} ms; arrivals must be nondecreasing")]
         )
+
+
+def _steady_pass_ms(plans: list[tuple[RankScheduler, int, int]], j: int) -> float:
+    """Duration of pass ``j`` of a steady segment planned as ``plans`` (rank, batch, active
+    KV tokens at the start): its slowest rank's decode step (no prefill half)."""
+    if len(plans) == 1:
+        rank, n, active = plans[0]
+        a = active + n * j
+        return 0.0 + rank.timer.decode_ms(n, a, a // n, rank.total_kv_tokens)
+    duration = 0.0
+    for rank, n, active in plans:
+        a = active + n * j
+        d = 0.0 + rank.timer.decode_ms(n, a, a // n, rank.total_kv_tokens)
+        if d > duration:
+            duration = d
+    return duration

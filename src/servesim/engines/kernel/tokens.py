@@ -10,10 +10,14 @@ segment with key ``generated_key(r)`` (negative), so a later session turn whose 
 contains an earlier turn's output names exactly the tokens the engine generated.
 
 Block identity (spec §3.8): only complete blocks get an identity; identities are chained
-(``h[i] = hash((h[i-1], hash(content[i])))``) so equal hashes mean equal prefixes. A run of
-whole blocks of one repeat segment has one content, hashed once for the run. Python's
-hash of tuples of ints does not depend on ``PYTHONHASHSEED``: results are reproducible
-across processes.
+(``h[i] = hash((h[i-1], hash(content[i])))``) so equal hashes mean equal prefixes. A *run*
+is the whole blocks of one segment: the content of its first block and the run's length
+so far determine every block of it (the same key; for a distinct segment, offsets one
+block apart), so inside a run the chain just counts, ``h[i] = h[i-1] + 1``, and a run of
+any length costs one tuple hash. This needs prompts in canonical form (maximal segments,
+:func:`make_prompt`): then where a run starts depends on the tokens alone. Python's hash
+of tuples of ints does not depend on ``PYTHONHASHSEED``: results are reproducible across
+processes.
 """
 
 from __future__ import annotations
@@ -84,16 +88,23 @@ def truncate(prompt: Sequence[Segment], length: int) -> Prompt:
     return tuple(out)
 
 
-def extend_distinct_hashes(out: list[int], previous: int, key: int, offset: int,
-                           block_size: int, first: int, stop: int) -> int:
-    """Append the identities of whole blocks ``first .. stop - 1`` that lie inside one
-    distinct segment of ``key`` (token position ``p`` holding its token ``offset + p``),
-    chained after ``previous``; the last identity. :func:`block_hashes`' own rule."""
-    h = previous
-    for b in range(first, stop):
-        h = hash((h, hash(((key, offset + b * block_size, block_size),))))
+def extend_run(out: list[int], previous: int, content: int, count: int,
+               continues: bool) -> int:
+    """Append the identities of ``count`` consecutive whole blocks of one segment, chained
+    after the block with identity ``previous``; the last identity. ``continues``: that
+    block lies whole in the same segment (the run goes on), else the first new block
+    starts a run and ``content`` is its content hash. :func:`block_hashes`' own rule."""
+    h = previous if continues else hash((previous, content)) - 1
+    for _ in range(count):  # runs are short (a trace hash id): no range object to build
+        h += 1
         out.append(h)
     return h
+
+
+def distinct_content(key: int, offset: int, block_size: int) -> int:
+    """Content hash of a whole block of a distinct segment of ``key`` starting at token
+    ``offset`` of that segment."""
+    return hash(((key, offset, block_size),))
 
 
 def block_hashes(
@@ -102,10 +113,11 @@ def block_hashes(
 ) -> list[int]:
     """Chained identities of the complete blocks among the first ``limit`` tokens.
 
-    ``start`` (a multiple of ``block_size``) skips blocks already hashed, with ``previous``
-    the identity of the block before ``start`` (0 at the beginning).
+    ``limit`` is at most the prompt's length (None: all of it). ``start`` (a multiple of
+    ``block_size``) skips blocks already hashed, with ``previous`` the identity of the
+    block before ``start`` (0 at the beginning).
     """
-    total = prompt_length(prompt) if limit is None else min(limit, prompt_length(prompt))
+    total = prompt_length(prompt) if limit is None else limit
     n_blocks = total // block_size
     first = start // block_size
     if first >= n_blocks:
@@ -126,38 +138,36 @@ def block_hashes(
         seg = prompt[seg_i]
         seg_end = pos + seg.length
         if pos <= lo and seg_end >= hi:
-            # Fast path: a run of whole blocks inside one segment. Same content tuples,
-            # hence the same identities, as the general walk below.
+            # A run of whole blocks inside one segment; it continues the run of the block
+            # before ``lo`` if that block lies whole in the segment too.
             stop = min(n_blocks, seg_end // block_size)
-            if seg.repeat:
-                single = hash(((seg.key, -1, block_size),))
-                for _ in range(stop - block):
-                    h = hash((h, single))
-                    out.append(h)
-            else:
-                h = extend_distinct_hashes(out, h, seg.key, seg.offset - pos, block_size,
-                                           block, stop)
+            continues = pos <= lo - block_size
+            content = 0
+            if not continues:
+                content = (hash(((seg.key, -1, block_size),)) if seg.repeat
+                           else distinct_content(seg.key, seg.offset + lo - pos, block_size))
+            h = extend_run(out, h, content, stop - block, continues)
             block = stop
             if seg_end == stop * block_size:
                 seg_i += 1
                 pos = seg_end
             continue
-        content: list[tuple[int, int, int]] = []
+        parts: list[tuple[int, int, int]] = []
         i, p = seg_i, pos
         while p < hi:
             seg = prompt[i]
             a = max(lo, p)
             b = min(hi, p + seg.length)
             if seg.repeat:
-                content.append((seg.key, -1, b - a))
+                parts.append((seg.key, -1, b - a))
             else:
-                content.append((seg.key, seg.offset + a - p, b - a))
+                parts.append((seg.key, seg.offset + a - p, b - a))
             if p + seg.length <= hi:
                 p += seg.length
                 i += 1
             else:
                 break
-        h = hash((h, hash(tuple(content))))
+        h = hash((h, hash(tuple(parts))))
         out.append(h)
         seg_i, pos = i, p
         block += 1

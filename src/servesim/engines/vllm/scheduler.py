@@ -47,7 +47,8 @@ from servesim.engines.kernel.tokens import (
     Prompt,
     Segment,
     block_hashes,
-    extend_distinct_hashes,
+    distinct_content,
+    extend_run,
     generated_key,
     segment,
 )
@@ -85,9 +86,10 @@ def partial_identity(prompt: Prompt, lo: int, hi: int, previous: int) -> int:
     return block_hashes(span, hi - lo, previous=previous)[0]
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, init=False)
 class SeqState:
-    """Scheduler state of one request on one rank."""
+    """Scheduler state of one request on one rank. ``__init__`` is written out so that
+    the compiled build runs it natively, not the generated (interpreted) one."""
 
     spec: RequestSpec
     record: RequestRecord
@@ -99,21 +101,43 @@ class SeqState:
     # Generation is complete once the sequence reaches this length: the requested output
     # or the length cap, whichever comes first (R4).
     stop_len: int
-    generated: int = 0
-    num_computed: int = 0
-    status: int = WAITING
-    admitted: bool = False
-    lease: list[int] = field(default_factory=list)
+    generated: int
+    num_computed: int
+    status: int
+    admitted: bool
+    lease: list[int]
     # Chained identities of complete blocks of prompt + generated tokens, grown lazily.
-    hashes: list[int] = field(default_factory=list)
-    num_published: int = 0  # leading lease blocks that are cache-visible
+    hashes: list[int]
+    num_published: int  # leading lease blocks that are cache-visible
     # What this request took in the current pass, so a later preemption can refund it.
-    pass_id: int = -1
-    pass_tokens: int = 0
-    pass_isl: int = -1  # -1: no prefill entry this pass
-    pass_prefix: int = 0
+    pass_id: int
+    pass_tokens: int
+    pass_isl: int  # -1: no prefill entry this pass
+    pass_prefix: int
     # State-cache holdings (working state, checkpoints); None without a state cache.
-    state: RequestState | None = None
+    state: RequestState | None
+
+    def __init__(self, spec: RequestSpec, record: RequestRecord, prompt_len: int,
+                 max_output: int, len_cap: int, stop_len: int,
+                 state: RequestState | None = None) -> None:
+        self.spec = spec
+        self.record = record
+        self.prompt_len = prompt_len
+        self.max_output = max_output
+        self.len_cap = len_cap
+        self.stop_len = stop_len
+        self.generated = 0
+        self.num_computed = 0
+        self.status = WAITING
+        self.admitted = False
+        self.lease = []
+        self.hashes = []
+        self.num_published = 0
+        self.pass_id = -1
+        self.pass_tokens = 0
+        self.pass_isl = -1
+        self.pass_prefix = 0
+        self.state = state
 
     @property
     def length(self) -> int:
@@ -1010,9 +1034,11 @@ class RankScheduler:
         if have * bs >= seq.prompt_len and n_blocks * bs <= seq.prompt_len + seq.generated:
             # Only generated tokens (a decode step completing a block): the generated
             # segment's identities, without walking the prompt to it.
-            extend_distinct_hashes(seq.hashes, seq.hashes[-1] if have else 0,
-                                   generated_key(seq.spec.request_id), -seq.prompt_len, bs,
-                                   have, n_blocks)
+            continues = have > 0 and (have - 1) * bs >= seq.prompt_len
+            content = 0 if continues else distinct_content(
+                generated_key(seq.spec.request_id), have * bs - seq.prompt_len, bs)
+            extend_run(seq.hashes, seq.hashes[-1] if have else 0, content, n_blocks - have,
+                       continues)
             return
         prompt = seq.spec.prompt
         if n_blocks * bs > seq.prompt_len:
