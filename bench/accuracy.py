@@ -43,6 +43,12 @@ def _mape(errors: list[float]) -> float:
     return 100.0 * sum(abs(e) for e in errors) / len(errors) if errors else float("nan")
 
 
+def _bias(errors: list[float]) -> float:
+    """Mean signed error in %: a bias a missing mechanism leaves, where MAPE also counts
+    the scatter between rows."""
+    return 100.0 * sum(errors) / len(errors) if errors else float("nan")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--limit", type=int, default=400,
@@ -94,10 +100,21 @@ def main() -> int:
     print(f"\nrows: {len(all_rows)} in the file, {len(rows)} selected "
           f"(--limit {args.limit}), {done} simulated, {sum(skipped.values())} not simulated "
           f"({elapsed:.0f} s)")
-    print(f"\n{'partition':78} {'n':>4} {'TTFT MAPE%':>11} {'TPOT MAPE%':>11}")
+    print(f"\n{'partition':70} {'n':>4} {'TTFT MAPE%':>11} {'bias':>6} {'TPOT MAPE%':>11} "
+          f"{'bias':>6}")
     for key in sorted(ttft, key=lambda k: (len(k), k)):
         label = key[0] if len(key) == 1 else f"{key[0]}: {' / '.join(key[1:])}"
-        print(f"{label[:78]:78} {len(ttft[key]):4d} {_mape(ttft[key]):11.1f} "
+        print(f"{label[:70]:70} {len(ttft[key]):4d} {_mape(ttft[key]):11.1f} "
+              f"{_bias(ttft[key]):6.1f} {_mape(tpot[key]):11.1f} {_bias(tpot[key]):6.1f}")
+    parts = [k for k in ttft if k[0] == "gpu/backend/model"]
+    over = sorted((k for k in parts if _mape(ttft[k]) > 2 * calib.TARGET_TTFT
+                   or _mape(tpot[k]) > 2 * calib.TARGET_TPOT),
+                  key=lambda k: -max(_mape(ttft[k]) / calib.TARGET_TTFT,
+                                     _mape(tpot[k]) / calib.TARGET_TPOT))
+    print(f"\n{len(over)} of {len(parts)} (GPU, backend, model) partitions over twice the "
+          f"targets ({2 * calib.TARGET_TTFT:g}% TTFT, {2 * calib.TARGET_TPOT:g}% TPOT):")
+    for key in over:
+        print(f"  {' / '.join(key[1:])[:68]:68} {len(ttft[key]):4d} {_mape(ttft[key]):11.1f} "
               f"{_mape(tpot[key]):11.1f}")
     if skipped:
         print("\nnot simulated:")

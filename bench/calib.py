@@ -81,6 +81,10 @@ SEND_GAP_MS = 1e-6
 OSL_SPREAD = 0.2
 MAX_TOKENS = 4_000_000  # output tokens of one row's replay; fewer waves above that
 
+# Accuracy targets on the aggregated rows (MAPE %): overall, and no (GPU, backend, model)
+# partition worse than twice these.
+TARGET_TTFT, TARGET_TPOT = 25.0, 10.0
+
 
 @dataclass
 class Row:

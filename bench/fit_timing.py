@@ -104,8 +104,8 @@ def report(c: AnalyticalConstants, items: list[Item], worst: int = 12) -> None:
         print(f"{' / '.join(key):40} {len(v):5d} {_mape([e[0] for e in v]):11.1f} "
               f"{_mape([e[1] for e in v]):11.1f}")
     parts = sorted((k for k in errs if k[0] == "part"),
-                   key=lambda k: -max(_mape([e[0] for e in errs[k]]) / 25,
-                                      _mape([e[1] for e in errs[k]]) / 10))
+                   key=lambda k: -max(_mape([e[0] for e in errs[k]]) / calib.TARGET_TTFT,
+                                      _mape([e[1] for e in errs[k]]) / calib.TARGET_TPOT))
     print("\nworst partitions (all rows):")
     for key in parts[:worst]:
         v = errs[key]
