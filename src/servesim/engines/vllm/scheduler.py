@@ -23,7 +23,7 @@ Token times are not known here (a worker's pass ends at its slowest rank); the c
 stamps the tokens listed in :class:`RankPass` when the pass ends.
 
 Speculative decoding (spec §5.7): before any token is sampled, every ready request
-reserves the blocks of its longest possible burst (preempting on failure); each then
+reserves the blocks of its longest possible burst (preempting LIFO on failure); each then
 emits a sampled burst of tokens sharing the pass's timestamp, and the accepted drafts'
 KV counts as computed (one dangling token remains). State cache (spec §5.8, bookkeeping
 in :mod:`servesim.engines.kernel.state`): a request that computes tokens also owns a
@@ -839,8 +839,12 @@ class RankScheduler:
 
         A burst of ``k`` tokens leaves ``len + k - 1`` tokens computed and the next step
         computes one more, so a request reserves ``len + nextn + 1`` tokens, never beyond
-        the last token that ever needs KV (``stop_len - 1``). A failure preempts (LIFO
-        or FIFO) until the reservation fits or the request itself was preempted.
+        the last token that ever needs KV (``stop_len - 1``). A failure preempts the
+        latest admitted request (LIFO whatever ``preemption_mode``, spec §5.7) until the
+        reservation fits or the request itself was preempted. The reservation comes after
+        this pass's admissions, so a FIFO victim would be the oldest running request,
+        retracted for a newcomer that may not even be ready: two requests that cannot
+        both hold their bursts would then retract each other forever.
         """
         assert self.sampler is not None
         pool, bs, pass_id = self.pool, self.block_size, self._pass_id
@@ -855,7 +859,7 @@ class RankScheduler:
             target = -(-tokens // bs)
             lease = seq.lease
             while len(lease) < target and not pool.allocate(lease, target):
-                victim = self._victim()
+                victim = self._victim(lifo=True)
                 self._preempt(victim)
                 if victim is seq:
                     break
@@ -895,14 +899,14 @@ class RankScheduler:
             self.pool.publish(seq.lease, seq.hashes, seq.num_published, full)
             seq.num_published = full
 
-    def _victim(self) -> SeqState:
-        """The request to preempt: the latest admitted (LIFO) or the earliest (FIFO);
-        SGLang retracts the one with the least output (the longest prompt among equals,
-        then the latest admitted)."""
+    def _victim(self, lifo: bool = False) -> SeqState:
+        """The request to preempt: the latest admitted (LIFO, or with ``lifo``) or the
+        earliest (FIFO); SGLang retracts the one with the least output (the longest prompt
+        among equals, then the latest admitted)."""
         running = self.running
         if self.ratio is not None:
             return min(reversed(running), key=lambda seq: (seq.generated, -seq.prompt_len))
-        return next(reversed(running)) if self.lifo else next(iter(running))
+        return next(reversed(running)) if lifo or self.lifo else next(iter(running))
 
     def _preempt(self, victim: SeqState) -> None:
         """Recompute-style preemption: drop all KV (it stays cached) and requeue at front."""
