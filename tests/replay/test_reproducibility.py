@@ -65,3 +65,27 @@ def test_ctrl_c_keeps_only_complete_request_lines_and_no_report(
     records = [json.loads(line) for line in requests.read_text().splitlines()]
     assert [r["request_id"] for r in records] == [r.request_id for r in added]
     assert requests.read_text().endswith("\n")
+
+
+def test_a_replay_collects_garbage_less_often_and_restores_the_thresholds(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The collector's thresholds are raised while the engine runs and restored after,
+    also when the replay is interrupted."""
+    import gc
+
+    import servesim.replay
+
+    seen = []
+
+    class Interrupted(servesim.replay.MetricsCollector):
+        def add(self, record: RequestRecord) -> None:
+            seen.append(gc.get_threshold())
+            raise KeyboardInterrupt
+
+    before = gc.get_threshold()
+    monkeypatch.setattr(servesim.replay, "MetricsCollector", Interrupted)
+    code = main(["replay", str(EXAMPLES / "qwen3_32b_h200.toml"), "-o",
+                 str(tmp_path / "report.json"), "--quiet"])
+    assert code == 130
+    assert seen and seen[0][0] > before[0]
+    assert gc.get_threshold() == before
