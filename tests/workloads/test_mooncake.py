@@ -257,6 +257,7 @@ ERRORS: list[tuple[list[Any], int, str]] = [
     (["not json"], 1, "invalid JSON: Expecting value (column 1)"),
     ([{"hash_ids": [1], "output_length": 1}, '{"hash_ids": [1'], 2,
      "invalid JSON: Expecting ',' delimiter (column 16)"),
+    (['{"hash_ids": [1], "output_length": 1} 7'], 1, "invalid JSON: Extra data (column 39)"),
     (["[1, 2]"], 1, "expected a JSON object, got list"),
     ([{"output_length": 1}], 1, "missing required field 'hash_ids'"),
     ([{"hash_ids": [1]}], 1, "missing required field 'output_length'"),

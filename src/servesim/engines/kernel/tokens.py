@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterable, Sequence
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 
 class Segment(NamedTuple):
@@ -38,15 +38,16 @@ class Segment(NamedTuple):
 
 
 Prompt = tuple[Segment, ...]
+_SEGMENT: Final = Segment  # the compiled build reads a Final name without a dict lookup
 _LENGTH = operator.attrgetter("length")
-_new_tuple = tuple.__new__
+_new_tuple: Final = tuple.__new__
 
 
 def segment(key: int, length: int, repeat: bool = True, offset: int = 0) -> Segment:
     """``Segment(key, length, repeat, offset)`` for hot paths: the named tuple's own
     constructor is a Python function, which the compiled build would leave to the
     interpreter, once per segment."""
-    return _new_tuple(Segment, (key, length, repeat, offset))
+    return _new_tuple(_SEGMENT, (key, length, repeat, offset))
 
 
 def generated_key(request_id: int) -> int:
