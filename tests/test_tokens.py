@@ -1,4 +1,12 @@
-from servesim.engines.kernel.tokens import Segment, block_hashes, make_prompt, segment, truncate
+from servesim.engines.kernel.requests import RequestSpec
+from servesim.engines.kernel.tokens import (
+    Segment,
+    block_hashes,
+    canonical,
+    make_prompt,
+    segment,
+    truncate,
+)
 
 
 def test_equal_prefixes_share_block_identities_and_partial_blocks_have_none() -> None:
@@ -41,3 +49,18 @@ def test_identities_inside_runs_resume_and_depend_on_the_tokens_only() -> None:
     assert block_hashes(longer, 4)[:5] == h[:5]
     other = make_prompt([Segment(5, 3), Segment(6, 16), Segment(8, 4)])
     assert block_hashes(other, 4)[:4] == h[:4] and block_hashes(other, 4)[4] != h[4]
+
+
+def test_a_request_keeps_its_prompt_canonical_so_identities_follow_the_tokens() -> None:
+    whole = make_prompt([Segment(5, 40), Segment(6, 24, repeat=False)])
+    assert canonical(whole) is whole  # already canonical: no copy
+    split = [Segment(5, 10), Segment(5, 30), Segment(9, 0),
+             Segment(6, 8, repeat=False), Segment(6, 16, repeat=False, offset=8)]
+    assert block_hashes(tuple(split), 16) != block_hashes(whole, 16)  # runs start elsewhere
+    for prompt in (split, tuple(split)):
+        spec = RequestSpec(request_id=0, arrival_ms=0.0, prompt=prompt, input_length=64,
+                           output_length=1)
+        assert spec.prompt == whole and block_hashes(spec.prompt, 16) == block_hashes(whole, 16)
+    # segments that only look alike stay apart
+    apart = (Segment(5, 8), Segment(5, 8, repeat=False), Segment(6, 4, repeat=False, offset=9))
+    assert canonical(apart) == apart

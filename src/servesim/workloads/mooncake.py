@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, cast
 
-from servesim.engines.kernel.tokens import Prompt, Segment, make_prompt, segment
+from servesim.engines.kernel.tokens import Prompt, Segment, segment
 from servesim.errors import Diagnostic, WorkloadError
 
 _INT_ONLY = frozenset({int})
@@ -458,8 +458,6 @@ class MooncakeReader:
         full = self._full_segments  # identical full-block segments are shared (frozen)
         segments: list[Segment] = []
         left = input_length
-        prev = -1
-        adjacent = False  # a dense id repeats back to back: make_prompt merges the runs
         for h in hash_ids:
             dense = intern.get(h)
             if dense is None:
@@ -474,12 +472,7 @@ class MooncakeReader:
                     seg = segment(dense, left)
                 segments.append(seg)
                 left -= bs
-                if dense == prev:
-                    adjacent = True
-                prev = dense
-        if adjacent or bs <= 0:
-            return make_prompt(segments)
-        return tuple(segments)
+        return tuple(segments)  # a request makes it canonical (a hash id repeated back to back)
 
 
 def iter_trace_rows(path: Path, display: str, block_size: int, *,

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 import attrs
 
 from servesim.engines.kernel.requests import RequestSpec
-from servesim.engines.kernel.tokens import Segment, generated_key, make_prompt
+from servesim.engines.kernel.tokens import Segment, generated_key
 from servesim.workloads.spec import SessionSource, SyntheticSource
 
 PREFIX_KEY = 0
@@ -40,10 +40,10 @@ class SyntheticRequest:
 
     def first_turn(self, arrival_ms: float | None) -> RequestSpec:
         src = self.source
-        prompt = make_prompt([
+        prompt = (
             Segment(PREFIX_KEY, src.cached_prefix_tokens, repeat=False),
             Segment(1 + self.index, src.input_tokens - src.cached_prefix_tokens, repeat=False),
-        ])
+        )
         return RequestSpec(request_id=self.index, arrival_ms=arrival_ms or 0.0, prompt=prompt,
                            input_length=src.input_tokens, output_length=src.output_tokens)
 
@@ -90,7 +90,7 @@ class SyntheticSession:
         segments.append(Segment(self._key(rid), n - self.shared_tokens if self.group is not None
                                 else n, repeat=False))
         return RequestSpec(request_id=rid, arrival_ms=arrival_ms or 0.0,
-                           prompt=make_prompt(segments), input_length=n,
+                           prompt=segments, input_length=n,
                            output_length=src.output_tokens_per_turn,
                            session_id=f"session_{self.index}", turn_index=0)
 
@@ -101,11 +101,11 @@ class SyntheticSession:
             return None
         rid = previous.request_id + 1
         n = src.new_input_tokens_per_turn
-        prompt = make_prompt([
+        prompt = (
             *previous.prompt,
             Segment(generated_key(previous.request_id), previous.output_length, repeat=False),
             Segment(self._key(rid), n, repeat=False),
-        ])
+        )
         return RequestSpec(request_id=rid, arrival_ms=end_ms + src.inter_turn_delay_ms,
                            prompt=prompt,
                            input_length=previous.input_length + previous.output_length + n,

@@ -13,18 +13,20 @@ from typing import Literal, Protocol
 
 import attrs
 
-from servesim.engines.kernel.tokens import Prompt
+from servesim.engines.kernel.tokens import Prompt, canonical
 
 TerminalStatus = Literal["completed", "rejected", "incomplete"]
 
 
 @attrs.frozen(slots=True)
 class RequestSpec:
-    """One request as the workload defines it."""
+    """One request as the workload defines it. The prompt is kept in canonical form (runs
+    that continue each other are merged), so a request's cache identities depend on its
+    tokens only, however the workload split them."""
 
     request_id: int  # dense, unique within a run
     arrival_ms: float
-    prompt: Prompt
+    prompt: Prompt = attrs.field(converter=canonical)
     input_length: int
     output_length: int
     session_id: str | None = None

@@ -15,7 +15,8 @@ is the whole blocks of one segment: the content of its first block and the run's
 so far determine every block of it (the same key; for a distinct segment, offsets one
 block apart), so inside a run the chain just counts, ``h[i] = h[i-1] + 1``, and a run of
 any length costs one tuple hash. This needs prompts in canonical form (maximal segments,
-:func:`make_prompt`): then where a run starts depends on the tokens alone. Python's hash
+:func:`make_prompt`): then where a run starts depends on the tokens alone; every
+:class:`RequestSpec` holds its prompt in that form (:func:`canonical`). Python's hash
 of tuples of ints does not depend on ``PYTHONHASHSEED``: results are reproducible across
 processes.
 """
@@ -70,6 +71,24 @@ def make_prompt(segments: Iterable[Segment]) -> Prompt:
                 continue
         out.append(seg)
     return tuple(out)
+
+
+def canonical(prompt: Sequence[Segment]) -> Prompt:
+    """``prompt`` in canonical form: itself when it is a tuple already in that form (the
+    usual case, checked in one pass), else :func:`make_prompt` of it."""
+    if type(prompt) is tuple:
+        segments: Prompt = prompt
+        last: Segment | None = None
+        seg: Segment
+        for seg in segments:
+            if seg.length <= 0 or (last is not None and last.key == seg.key
+                                   and last.repeat == seg.repeat
+                                   and (seg.repeat or last.offset + last.length == seg.offset)):
+                break
+            last = seg
+        else:
+            return segments
+    return make_prompt(prompt)
 
 
 def prompt_length(prompt: Sequence[Segment]) -> int:
