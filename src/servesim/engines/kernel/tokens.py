@@ -10,15 +10,15 @@ segment with key ``generated_key(r)`` (negative), so a later session turn whose 
 contains an earlier turn's output names exactly the tokens the engine generated.
 
 Block identity (spec §3.8): only complete blocks get an identity; identities are chained
-(``h[i] = hash((h[i-1], hash(content[i])))``) so equal hashes mean equal prefixes. A *run*
-is the whole blocks of one segment: the content of its first block and the run's length
-so far determine every block of it (the same key; for a distinct segment, offsets one
-block apart), so inside a run the chain just counts, ``h[i] = h[i-1] + 1``, and a run of
-any length costs one tuple hash. This needs prompts in canonical form (maximal segments,
-:func:`make_prompt`): then where a run starts depends on the tokens alone; every
-:class:`RequestSpec` holds its prompt in that form (:func:`canonical`). Python's hash
-of tuples of ints does not depend on ``PYTHONHASHSEED``: results are reproducible across
-processes.
+(``h[i] = hash((h[i-1], hash(content[i])))``, cut to 61 bits) so equal hashes mean equal
+prefixes. A *run* is the whole blocks of one segment: the content of its first block and
+the run's length so far determine every block of it (the same key; for a distinct
+segment, offsets one block apart), so inside a run the chain just counts,
+``h[i] = h[i-1] + 1``, and a run of any length costs one tuple hash. This needs prompts
+in canonical form (maximal segments, :func:`make_prompt`): then where a run starts
+depends on the tokens alone; every :class:`RequestSpec` holds its prompt in that form
+(:func:`canonical`). Python's hash of tuples of ints does not depend on
+``PYTHONHASHSEED``: results are reproducible across processes.
 """
 
 from __future__ import annotations
@@ -41,6 +41,9 @@ class Segment(NamedTuple):
 Prompt = tuple[Segment, ...]
 _SEGMENT: Final = Segment  # the compiled build reads a Final name without a dict lookup
 _LENGTH = operator.attrgetter("length")
+# Identities are hashes cut to 61 bits: counting up inside a run stays below 2**62, where
+# the compiled build keeps ints unboxed and adds them without allocating.
+_ID_MASK: Final = (1 << 61) - 1
 _new_tuple: Final = tuple.__new__
 
 
@@ -114,7 +117,7 @@ def extend_run(out: list[int], previous: int, content: int, count: int,
     after the block with identity ``previous``; the last identity. ``continues``: that
     block lies whole in the same segment (the run goes on), else the first new block
     starts a run and ``content`` is its content hash. :func:`block_hashes`' own rule."""
-    h = previous if continues else hash((previous, content)) - 1
+    h = previous if continues else (hash((previous, content)) & _ID_MASK) - 1
     for _ in range(count):  # runs are short (a trace hash id): no range object to build
         h += 1
         out.append(h)
@@ -187,7 +190,7 @@ def block_hashes(
                 i += 1
             else:
                 break
-        h = hash((h, hash(tuple(parts))))
+        h = hash((h, hash(tuple(parts)))) & _ID_MASK
         out.append(h)
         seg_i, pos = i, p
         block += 1
