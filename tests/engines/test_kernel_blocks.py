@@ -170,3 +170,119 @@ def test_a_lease_grown_block_by_block_is_one_run() -> None:
     assert pool.allocate(lease, 8 + 3)  # 8 free blocks, then 3 evictions: the leaves
     assert pool.cached_identities() == set(h[:5])
     pool.check()
+
+
+# -- runs of consecutive identities (a run of one segment) -------------------------------
+
+
+def _run(first: int, n: int) -> list[int]:
+    """Identities of ``n`` blocks inside one run: consecutive."""
+    return list(range(first, first + n))
+
+
+def test_a_duplicate_run_stays_anonymous_and_the_first_copy_answers() -> None:
+    pool = BlockPool(32, 4)
+    h = _run(1000, 8)
+    a: list[int] = []
+    assert pool.allocate(a, 8)
+    pool.publish(a, h, 0, 8)
+    b: list[int] = []
+    assert pool.allocate(b, 12)  # computed independently: the same run, then 4 more
+    longer = _run(1000, 12)
+    pool.publish(b, longer, 0, 6)
+    pool.publish(b, longer, 6, 12)  # the chunk boundary falls inside the run
+    assert [pool.identity(x) for x in b] == [None] * 8 + longer[8:]
+    assert pool.lookup(longer, 12) == a + b[8:]  # a's blocks, then b's own
+    pool.release(b)
+    assert pool.num_inactive == 4 and pool.num_free == 32 - 8 - 4
+    pool.check()
+
+
+def test_a_lookup_may_enter_a_run_anywhere() -> None:
+    pool = BlockPool(16, 4)
+    h = _run(500, 8)
+    a: list[int] = []
+    assert pool.allocate(a, 8)
+    pool.publish(a, h, 0, 8)
+    assert pool.lookup(h[3:], 8) == a[3:]
+    assert pool.lookup([7, *h[3:]], 8) == []
+    assert pool.lookup([*h[:3], 7, *h[4:]], 8) == a[:3]
+    pool.check()
+
+
+def test_forgetting_a_block_inside_a_run_keeps_the_blocks_above_findable() -> None:
+    pool = BlockPool(16, 4)
+    h = _run(700, 8)
+    a: list[int] = []
+    assert pool.allocate(a, 8)
+    pool.publish(a, h, 0, 8)
+    pool.forget(a[3], h[3])
+    assert pool.lookup(h, 8) == a[:3]
+    assert pool.lookup(h[4:], 4) == a[4:]
+    assert pool.cached_identities() == set(h) - {h[3]}
+    pool.check()
+    blocks = list(a)
+    pool.release(a)  # the anonymous block is freed, the others cached
+    assert (pool.num_inactive, pool.num_free) == (7, 9)
+    a2: list[int] = []
+    assert pool.allocate(a2, 1)
+    pool.publish(a2, h[3:4], 0, 1)  # another block answers h[3]: the run is whole again
+    assert pool.lookup(h, 8) == blocks[:3] + a2 + blocks[4:]
+    pool.check()
+
+
+def test_evicting_the_bottom_of_a_run_keeps_its_top() -> None:
+    pool = BlockPool(8, 4)
+    h = _run(900, 8)
+    a: list[int] = []
+    assert pool.allocate(a, 8)
+    pool.publish(a, h, 0, 8)
+    b: list[int] = []
+    assert pool.allocate(b, 4, reuse=pool.lookup(h[4:], 4))  # holds the top half
+    pool.release(a)  # the bottom half becomes evictable
+    assert pool.allocate([], 4)  # evicts it
+    assert pool.cached_identities() == set(h[4:])
+    assert pool.lookup(h, 8) == []
+    assert pool.lookup(h[4:], 4) == b
+    pool.check()
+    held = list(b)
+    pool.release(b)
+    assert pool.allocate([], 2)  # evicts the top of what is left: h[7], h[6]
+    assert pool.lookup(h[4:], 4) == held[:2]
+    pool.check()
+
+
+def test_evicting_inside_a_released_run_splits_it() -> None:
+    # Two leases share the first blocks of a run; the second's own blocks continue it in
+    # another extent. Evicting from the top keeps the rest findable at each step.
+    pool = BlockPool(12, 4)
+    h = _run(300, 10)
+    a: list[int] = []
+    assert pool.allocate(a, 6)
+    pool.publish(a, h, 0, 6)
+    b: list[int] = []
+    assert pool.allocate(b, 10, reuse=pool.lookup(h, 4))
+    pool.publish(b, h, 4, 10)  # h[4], h[5] are a's: b's copies stay anonymous
+    answering = a + b[6:]
+    assert pool.lookup(h, 10) == answering
+    pool.release(b)
+    pool.release(a)
+    for left in range(10, 0, -1):
+        assert pool.lookup(h, 10) == answering[:left]
+        pool.check()
+        assert pool.allocate([], pool.num_free + 1)
+    assert pool.lookup(h, 10) == []
+
+
+def test_arbitrary_identities_such_as_state_ones_answer_one_by_one() -> None:
+    pool = BlockPool(8, 4)
+    ids = [hash(("state", 17, s)) for s in range(4)]
+    ids[2] = ids[1] + 1  # a chance neighbour is no run
+    lease: list[int] = []
+    assert pool.allocate(lease, 4)
+    pool.publish(lease, ids, 0, 4)
+    assert pool.lookup(ids, 4) == lease
+    pool.forget(lease[1], ids[1])
+    assert pool.lookup(ids, 4) == lease[:1]
+    assert pool.lookup(ids[2:], 2) == lease[2:]
+    pool.check()
