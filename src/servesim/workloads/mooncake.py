@@ -472,7 +472,7 @@ class MooncakeReader:
                     seg = segment(dense, left)
                 segments.append(seg)
                 left -= bs
-        return tuple(segments)  # a request makes it canonical (a hash id repeated back to back)
+        return tuple(segments)  # RequestSpec merges a hash id repeated back to back
 
 
 def iter_trace_rows(path: Path, display: str, block_size: int, *,
