@@ -180,12 +180,18 @@ def _run(first: int, n: int) -> list[int]:
     return list(range(first, first + n))
 
 
+def _computed(pool: BlockPool, h: list[int]) -> list[int]:
+    """A lease of ``len(h)`` fresh blocks, computed and published under ``h``."""
+    lease: list[int] = []
+    assert pool.allocate(lease, len(h))
+    pool.publish(lease, h, 0, len(h))
+    return lease
+
+
 def test_a_duplicate_run_stays_anonymous_and_the_first_copy_answers() -> None:
     pool = BlockPool(32, 4)
     h = _run(1000, 8)
-    a: list[int] = []
-    assert pool.allocate(a, 8)
-    pool.publish(a, h, 0, 8)
+    a = _computed(pool, h)
     b: list[int] = []
     assert pool.allocate(b, 12)  # computed independently: the same run, then 4 more
     longer = _run(1000, 12)
@@ -201,9 +207,7 @@ def test_a_duplicate_run_stays_anonymous_and_the_first_copy_answers() -> None:
 def test_a_lookup_may_enter_a_run_anywhere() -> None:
     pool = BlockPool(16, 4)
     h = _run(500, 8)
-    a: list[int] = []
-    assert pool.allocate(a, 8)
-    pool.publish(a, h, 0, 8)
+    a = _computed(pool, h)
     assert pool.lookup(h[3:], 8) == a[3:]
     assert pool.lookup([7, *h[3:]], 8) == []
     assert pool.lookup([*h[:3], 7, *h[4:]], 8) == a[:3]
@@ -213,9 +217,7 @@ def test_a_lookup_may_enter_a_run_anywhere() -> None:
 def test_forgetting_a_block_inside_a_run_keeps_the_blocks_above_findable() -> None:
     pool = BlockPool(16, 4)
     h = _run(700, 8)
-    a: list[int] = []
-    assert pool.allocate(a, 8)
-    pool.publish(a, h, 0, 8)
+    a = _computed(pool, h)
     pool.forget(a[3], h[3])
     assert pool.lookup(h, 8) == a[:3]
     assert pool.lookup(h[4:], 4) == a[4:]
@@ -234,9 +236,7 @@ def test_forgetting_a_block_inside_a_run_keeps_the_blocks_above_findable() -> No
 def test_evicting_the_bottom_of_a_run_keeps_its_top() -> None:
     pool = BlockPool(8, 4)
     h = _run(900, 8)
-    a: list[int] = []
-    assert pool.allocate(a, 8)
-    pool.publish(a, h, 0, 8)
+    a = _computed(pool, h)
     b: list[int] = []
     assert pool.allocate(b, 4, reuse=pool.lookup(h[4:], 4))  # holds the top half
     pool.release(a)  # the bottom half becomes evictable
@@ -257,9 +257,7 @@ def test_evicting_inside_a_released_run_splits_it() -> None:
     # another extent. Evicting from the top keeps the rest findable at each step.
     pool = BlockPool(12, 4)
     h = _run(300, 10)
-    a: list[int] = []
-    assert pool.allocate(a, 6)
-    pool.publish(a, h, 0, 6)
+    a = _computed(pool, h[:6])
     b: list[int] = []
     assert pool.allocate(b, 10, reuse=pool.lookup(h, 4))
     pool.publish(b, h, 4, 10)  # h[4], h[5] are a's: b's copies stay anonymous
