@@ -74,9 +74,10 @@ MEMORY_FRACTION = {"vllm": 0.9, "sglang": 0.88, "trtllm": 0.9}
 
 # The benchmark client: requests per client (all measured), the gap between the clients'
 # first sends (small: the first request starts a pass alone, the others join the next one)
-# and the spread of the output lengths around OSL (served requests do not all stop at
-# exactly OSL tokens, so clients drift apart after the first wave), unless the row's
-# clients stay in lockstep (:func:`lockstep`).
+# and a spread of the output lengths around OSL. Every measured request stopped at OSL
+# tokens, yet on most stacks the clients drift apart after the first wave; the spread
+# stands in for that drift, except where the row's clients stay in lockstep
+# (:func:`lockstep`).
 WAVES = 6
 SEND_GAP_MS = 1e-6
 OSL_SPREAD = 0.2
