@@ -59,6 +59,12 @@ def generated_key(request_id: int) -> int:
     return -(request_id + 1)
 
 
+def _continues(last: Segment, seg: Segment) -> bool:
+    """Whether ``seg``'s tokens continue ``last``'s run (the same content goes on)."""
+    return last.key == seg.key and last.repeat == seg.repeat and (
+        seg.repeat or last.offset + last.length == seg.offset)
+
+
 def make_prompt(segments: Iterable[Segment]) -> Prompt:
     """Canonical form: drop empty runs, merge runs that continue each other."""
     out: list[Segment] = []
@@ -67,9 +73,7 @@ def make_prompt(segments: Iterable[Segment]) -> Prompt:
             continue
         if out:
             last = out[-1]
-            if last.key == seg.key and last.repeat == seg.repeat and (
-                seg.repeat or last.offset + last.length == seg.offset
-            ):
+            if _continues(last, seg):
                 out[-1] = last._replace(length=last.length + seg.length)
                 continue
         out.append(seg)
@@ -84,9 +88,7 @@ def canonical(prompt: Sequence[Segment]) -> Prompt:
         last: Segment | None = None
         seg: Segment
         for seg in segments:
-            if seg.length <= 0 or (last is not None and last.key == seg.key
-                                   and last.repeat == seg.repeat
-                                   and (seg.repeat or last.offset + last.length == seg.offset)):
+            if seg.length <= 0 or (last is not None and _continues(last, seg)):
                 break
             last = seg
         else:
