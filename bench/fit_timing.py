@@ -66,7 +66,7 @@ BOUNDS = {
     "request_ms": (0.1, 1000.0), "request_us_per_token": (0.001, 200.0),
     "request_layer_us": (0.01, 5000.0),
 }
-HUBER = 0.4  # log-error beyond which a residual counts linearly (outlier rows)
+HUBER = 0.15  # error beyond which a residual counts linearly (outlier rows)
 
 
 def _get(c: AnalyticalConstants, key: str) -> float:
@@ -278,8 +278,8 @@ def main() -> int:
     global HUBER
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dry-run", action="store_true", help="do not rewrite the JSON")
-    ap.add_argument("--ttft-weight", type=float, default=0.5)
-    ap.add_argument("--error", choices=sorted(ERRORS), default="log",
+    ap.add_argument("--ttft-weight", type=float, default=0.15)
+    ap.add_argument("--error", choices=sorted(ERRORS), default="relative",
                     help="residual of a row: log(predicted / measured) or predicted / "
                          "measured - 1 (the latter weighs errors like the MAPE report)")
     ap.add_argument("--huber", type=float, default=HUBER,
