@@ -565,7 +565,12 @@ def _max_z(ranks: int) -> float:
 
 
 def _level(table: Mapping[str, float], quant: str) -> float:
-    kind = _QUANT.get(quant, (0.0, "bf16"))[1]
+    """Compute efficiency of ``quant``'s GEMM kernels relative to bf16: by mode name, else
+    by class. 4-bit weights are one class (``fp4``), on FP4 tensor cores or dequantised to
+    bf16 (weight-only kernels: every int4 mode, and FP4 formats on GPUs without FP4)."""
+    nbytes, kind = _QUANT.get(quant, (2.0, "bf16"))
+    if nbytes < 1:
+        kind = "fp4"
     return table.get(quant, table.get(kind, 1.0))
 
 
