@@ -82,6 +82,17 @@ def test_fp8_weights_are_faster_than_bf16_on_a_gpu_with_fp8_flops() -> None:
     assert ckpt.decode_ms(4, 4096, 1024, 0) < bf.decode_ms(4, 4096, 1024, 0)
 
 
+def test_weight_only_4bit_kernels_share_one_efficiency() -> None:
+    # int4 (w4a16) and, on a GPU without FP4 tensor cores, mxfp4 both dequantise to bf16:
+    # compute-bound prefill prices them alike, below bf16 weights' efficiency.
+    int4, mxfp4, bf16 = (_timer(gemm_quant=q) for q in ("int4_wo", "mxfp4", "bf16"))
+    prompt = (8, 4096, 0)  # 8 prompts of 4096 tokens
+    assert int4.prefill_ms(*prompt) == pytest.approx(mxfp4.prefill_ms(*prompt), rel=1e-3)
+    assert int4.prefill_ms(*prompt) > bf16.prefill_ms(*prompt)
+    # one-token decode reads the weights: 4-bit weights are faster there
+    assert int4.decode_ms(1, 1024, 1024, 0) < bf16.decode_ms(1, 1024, 1024, 0)
+
+
 def test_prefill_quadratic_term_is_visible() -> None:
     # Same new tokens, longer cached prefix: only attention grows, linearly in the prefix.
     t = _timer(tensor=2)
