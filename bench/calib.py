@@ -295,12 +295,13 @@ def _worker(row: Row, worker_type: str, par: dict[str, int],
     kv_dtype = model.dtype_bytes
     fp8_kv_stack = backend in ("trtllm", "sglang") or bool(gpu.fp4_flops)
     if (gemm or "") in ("nvfp4", "fp4") or (fp8_kv_stack and (gemm or "") in ("fp8",
-                                                                          "fp8_block")):
+                                                                          "fp8_block")) or (
+            backend == "trtllm" and model.weight_quant == "mxfp4"):
         # NVFP4 checkpoints carry FP8 KV-cache scales and every stack uses them; TRT-LLM
         # and SGLang deployments of FP8 checkpoints run an FP8 KV cache too, and so do
-        # the vLLM ones on Blackwell (GPUs with FP4 tensor cores): with the model dtype
-        # they could not hold the measured load (bench/data/README.md). vLLM on Hopper
-        # keeps the model dtype, its default.
+        # the vLLM ones on Blackwell (GPUs with FP4 tensor cores) and the TRT-LLM ones of
+        # gpt-oss (MXFP4): with the model dtype they could not hold the measured load
+        # (bench/data/README.md). vLLM on Hopper keeps the model dtype, its default.
         kv_dtype = 1
     try:
         kv_bpt, _ = kv_bytes_per_token(model, tensor=tp, pipeline=1, kv_dtype_bytes=kv_dtype)
