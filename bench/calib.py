@@ -34,7 +34,7 @@ from pathlib import Path
 
 import attrs
 
-from servesim.catalog import CatalogError, load_gpu, load_model
+from servesim.catalog import CatalogError, GpuSpec, ModelInfo, load_gpu, load_model
 from servesim.engines.disagg.engine import DisaggReplay
 from servesim.engines.kernel.requests import RequestRecord, RequestSpec
 from servesim.engines.vllm import AggregatedReplay
@@ -274,6 +274,20 @@ def _requests(row: Row, max_tokens: int, waves: int) -> int:
     return n
 
 
+def fp8_kv_cache(backend: str, gemm: str | None, model: ModelInfo, gpu: GpuSpec) -> bool:
+    """Whether a row's deployment ran an FP8 KV cache; the CSV does not say (see
+    bench/data/README.md). NVFP4 checkpoints carry FP8 KV-cache scales and every stack
+    uses them. FP8 checkpoints run one under TensorRT-LLM and SGLang, and under vLLM on
+    Blackwell (GPUs with FP4 tensor cores); vLLM on Hopper keeps its default, the model
+    dtype. TensorRT-LLM runs one for gpt-oss (MXFP4 experts). With the model dtype those
+    rows could not hold their measured load."""
+    if gemm in ("nvfp4", "fp4"):
+        return True
+    if gemm in ("fp8", "fp8_block"):
+        return backend in ("trtllm", "sglang") or bool(gpu.fp4_flops)
+    return backend == "trtllm" and model.weight_quant == "mxfp4"
+
+
 def _worker(row: Row, worker_type: str, par: dict[str, int],
             concurrency: int) -> tuple[RoleArgs, StepGeometry, int]:
     """Role (``par["workers"]`` replicas), analytical geometry and KV bytes per token of
@@ -292,17 +306,7 @@ def _worker(row: Row, worker_type: str, par: dict[str, int],
     tp, dp = par["tp"], par["dp"]
     moe_tp = par["moe_tp"] if model.is_moe else 1
     moe_ep = par["moe_ep"] if model.is_moe else 1
-    kv_dtype = model.dtype_bytes
-    fp8_kv_stack = backend in ("trtllm", "sglang") or bool(gpu.fp4_flops)
-    if (gemm or "") in ("nvfp4", "fp4") or (fp8_kv_stack and (gemm or "") in ("fp8",
-                                                                          "fp8_block")) or (
-            backend == "trtllm" and model.weight_quant == "mxfp4"):
-        # NVFP4 checkpoints carry FP8 KV-cache scales and every stack uses them; TRT-LLM
-        # and SGLang deployments of FP8 checkpoints run an FP8 KV cache too, and so do
-        # the vLLM ones on Blackwell (GPUs with FP4 tensor cores) and the TRT-LLM ones of
-        # gpt-oss (MXFP4): with the model dtype they could not hold the measured load
-        # (bench/data/README.md). vLLM on Hopper keeps the model dtype, its default.
-        kv_dtype = 1
+    kv_dtype = 1 if fp8_kv_cache(backend, gemm, model, gpu) else model.dtype_bytes
     try:
         kv_bpt, _ = kv_bytes_per_token(model, tensor=tp, pipeline=1, kv_dtype_bytes=kv_dtype)
         geometry = build_geometry(
