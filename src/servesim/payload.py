@@ -76,6 +76,10 @@ class RoleArgs:
     max_sequences: int = bounded(1, L.SCHEDULER, default=256)
     prefill_schedule_interval: int = bounded(1, L.SCHEDULER, default=1)
     prefill_decode_interval: int = bounded(0, L.SCHEDULER, default=0)
+    # TensorRT-LLM attention_dp_config: enable_balance, timeout_iters, batching_wait_iters
+    attention_dp_balance: bool = False
+    attention_dp_timeout_iters: int = bounded(0, L.SCHEDULER, default=50)
+    attention_dp_batching_wait_iters: int = bounded(0, L.SCHEDULER, default=10)
     enable_chunked_prefill: bool = True
     preemption_mode: Literal["lifo", "fifo"] = "lifo"
     # KV cache (per attention-DP rank, per TP shard)
@@ -219,7 +223,9 @@ ROLE_FIELD_SECTIONS: dict[str, str] = {
     **{k: "parallelism" for k in ("replicas", "tensor", "pipeline", "attention_data",
                                   "moe_tensor", "moe_expert")},
     **{k: "scheduler" for k in ("max_batched_tokens", "max_sequences",
-                                "prefill_schedule_interval", "prefill_decode_interval")},
+                                "prefill_schedule_interval", "prefill_decode_interval",
+                                "attention_dp_balance", "attention_dp_timeout_iters",
+                                "attention_dp_batching_wait_iters")},
     **{k: "kv_cache" for k in ("block_size", "prefix_caching", "kv_bytes_per_token",
                                "num_gpu_blocks", "prefix_match_unit", "state_cache")},
 }

@@ -55,6 +55,12 @@ def backend_fields(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
         yield _d("backend-field", (*path, "scheduler", "prefill_schedule_interval"),
                  f"prefill_schedule_interval is supported only for backend=vllm, got "
                  f"backend={r.backend}")
+    if r.attention_dp_balance and r.backend != "trtllm":
+        yield _d("backend-field", (*path, "scheduler", "attention_dp_balance"),
+                 f"attention_dp_balance is supported only for backend=trtllm, got "
+                 f"backend={r.backend}",
+                 "vLLM spaces prefills across attention-DP ranks with "
+                 "prefill_schedule_interval")
     if r.prefill_decode_interval != 0 and r.backend != "sglang":
         yield _d("backend-field", (*path, "scheduler", "prefill_decode_interval"),
                  f"prefill_decode_interval is supported only for backend=sglang, got "

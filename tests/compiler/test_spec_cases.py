@@ -174,6 +174,22 @@ def test_case_05_scheduler_intervals_are_backend_specific() -> None:
         "  hint: remove it (0, the default, is supported)"]
 
 
+def test_attention_dp_balance_is_tensorrt_llm_s() -> None:
+    balance = ("[engine.workers.aggregated.scheduler]\nattention_dp_balance = true\n"
+               "attention_dp_timeout_iters = 60\nattention_dp_batching_wait_iters = 0\n")
+    assert errors(QWEN + balance) == [
+        "engine.workers.aggregated.scheduler.attention_dp_balance: attention_dp_balance is "
+        "supported only for backend=trtllm, got backend=vllm [backend-field]\n"
+        "  hint: vLLM spaces prefills across attention-DP ranks with "
+        "prefill_schedule_interval"]
+    trt = role(compile_ok(QWEN + 'backend = "trtllm"\n' + balance))
+    assert (trt.attention_dp_balance, trt.attention_dp_timeout_iters,
+            trt.attention_dp_batching_wait_iters) == (True, 60, 0)
+    default = role(compile_ok(QWEN + 'backend = "trtllm"\n' + AGG))
+    assert (default.attention_dp_balance, default.attention_dp_timeout_iters,
+            default.attention_dp_batching_wait_iters) == (False, 50, 10)
+
+
 # --- 6-10: capacity and manual state cache ------------------------------------------------
 
 CAPACITY = "engine.workers.aggregated.kv_cache"

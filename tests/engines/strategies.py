@@ -90,6 +90,9 @@ def roles(draw: st.DrawFn, worker_type: str, longest: int, *, max_batched: int =
         "max_model_len": st.one_of(st.none(), st.integers(2, 24)),
         "attention_data": st.integers(1, 2),
         "prefill_schedule_interval": st.integers(1, 3),
+        "attention_dp_balance": st.booleans(),
+        "attention_dp_timeout_iters": st.integers(0, 4),
+        "attention_dp_batching_wait_iters": st.integers(0, 3),
         "replicas": st.integers(1, 2),
         "timing": FIXED_TIMINGS,
     }

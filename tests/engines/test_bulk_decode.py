@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -77,6 +78,38 @@ def test_bulk_decode_matches_the_stepwise_replay_aggregated(data: st.DataObject)
     assert bulk[0] == step[0]
     assert step[1] == 0
     event(f"bulk passes: {'none' if not bulk[1] else 'some'}")
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_bulk_decode_matches_the_stepwise_replay_with_attention_dp_balance(
+    data: st.DataObject,
+) -> None:
+    """TensorRT-LLM's balance counts passes, steady ones included: a segment must leave
+    its counters where the passes one by one would."""
+    workload = data.draw(WORKLOADS)
+    role = data.draw(bulk_roles("aggregated", longest(workload, ROOM), state=False,
+                                backend="trtllm"))
+    role = attrs.evolve(role, attention_data=2, attention_dp_balance=True)
+    bulk = _aggregated(role, workload, True)
+    step = _aggregated(role, workload, False)
+    assert bulk[0] == step[0]
+    event(f"bulk passes: {'none' if not bulk[1] else 'some'}")
+
+
+def test_a_steady_segment_runs_the_balance_timeout_on(sim: Any) -> None:
+    # Both ranks decode from 11 ms, one pass per ms, with nothing to prefill: the wait
+    # counter counts those passes, restarting at 5 (the passes starting at 15 and 20 ms).
+    # Request 2 arrives at 17.5 ms on rank 0 and waits until the pass that reaches 5.
+    role = sim.role(backend="trtllm", attention_data=2, attention_dp_balance=True,
+                    attention_dp_timeout_iters=5, attention_dp_batching_wait_iters=0)
+    workload = ListWorkload([sim.spec(0, 4, 30), sim.spec(1, 4, 30),
+                             sim.spec(2, 4, 3, arrival=17.5)])
+    (bulk, passes), (step, _) = (_aggregated(role, workload, mode) for mode in (True, False))
+    assert bulk == step
+    assert passes > 0
+    records, _, _ = sim.run(role, workload.specs)
+    assert records[2].first_admit_ms == 20.0
 
 
 def _disaggregated(case: tuple[RoleArgs, RoleArgs, KvTransferArgs | None, ListWorkload],

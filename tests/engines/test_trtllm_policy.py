@@ -107,3 +107,47 @@ def test_trtllm_disaggregated_replay_never_preempts() -> None:
     # after one of the first two completed.
     done = sorted(r.terminal_ms for r in records.values())
     assert min(records[2].token_times[0], records[3].token_times[0]) > done[0]
+
+
+# -- attention-DP balance (TensorRT-LLM attention_dp_config.enable_balance) ---------------------
+# Two ranks decode requests 0 and 1 (first token at 11 ms, then one per 1 ms pass, the
+# last at 22 ms); request 2 arrives at 5 ms and is placed on rank 0.
+
+def _balanced(sim: Any, timeout: int, wait: int, *extra: RequestSpec) -> dict[int, float | None]:
+    role = sim.role(backend="trtllm", attention_data=2, attention_dp_balance=True,
+                    attention_dp_timeout_iters=timeout, attention_dp_batching_wait_iters=wait)
+    specs = [sim.spec(0, 4, 12), sim.spec(1, 4, 12), sim.spec(2, 4, 3, arrival=5.0), *extra]
+    records, _, _ = sim.run(role, specs)
+    return {rid: r.first_admit_ms for rid, r in records.items()}
+
+
+def test_without_balance_a_rank_prefills_as_soon_as_it_can(sim: Any) -> None:
+    role = sim.role(backend="trtllm", attention_data=2)
+    records, _, _ = sim.run(role, [sim.spec(0, 4, 12), sim.spec(1, 4, 12),
+                                   sim.spec(2, 4, 3, arrival=5.0)])
+    assert records[2].first_admit_ms == 11.0
+
+
+def test_balance_holds_a_prompt_until_every_rank_has_one(sim: Any) -> None:
+    # Request 3 arrives at 15.5 ms on rank 1: the next pass (16 ms) prefills both.
+    admits = _balanced(sim, 50, 0, sim.spec(3, 4, 3, arrival=15.5))
+    assert admits[2] == admits[3] == 16.0
+
+
+def test_balance_releases_held_prompts_after_timeout_iters(sim: Any) -> None:
+    # The passes starting at 11 and 12 ms wait (counter 1, 2); the third reaches 3.
+    assert _balanced(sim, 3, 0)[2] == 13.0
+    assert _balanced(sim, 0, 0)[2] == 11.0  # no timeout: never held
+
+
+def test_balance_never_holds_while_a_rank_has_nothing_to_decode(sim: Any) -> None:
+    # Rank 1 drains when request 1 completes at 22 ms: that pass admits request 2.
+    assert _balanced(sim, 50, 0)[2] == 22.0
+
+
+def test_balance_batches_for_batching_wait_iters_once_every_rank_has_a_prompt(
+    sim: Any,
+) -> None:
+    # Requests 2 and 3 both wait out the passes starting at 11 and 12 ms.
+    admits = _balanced(sim, 50, 2, sim.spec(3, 4, 3, arrival=8.0))
+    assert admits[2] == admits[3] == 13.0

@@ -64,6 +64,9 @@ class Scheduler:
     max_sequences: int | None = positive(SCHEDULER)
     prefill_schedule_interval: int | None = positive(SCHEDULER)
     prefill_decode_interval: int | None = nonneg(SCHEDULER)
+    attention_dp_balance: bool | None = None
+    attention_dp_timeout_iters: int | None = nonneg(SCHEDULER)
+    attention_dp_batching_wait_iters: int | None = nonneg(SCHEDULER)
 
 
 @attrs.frozen

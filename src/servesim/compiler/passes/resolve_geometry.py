@@ -194,6 +194,11 @@ def _resolve_role(rec: _Recorder, name: str, w: Worker, e: Engine, backend: Back
                              "1 for the prefill role" if name == "prefill" else None)
     psi = rec.pick((*sp, "prefill_schedule_interval"), sch.prefill_schedule_interval, 1)
     pdi = rec.pick((*sp, "prefill_decode_interval"), sch.prefill_decode_interval, 0)
+    balance = rec.pick((*sp, "attention_dp_balance"), sch.attention_dp_balance, False)
+    timeout_iters = rec.pick((*sp, "attention_dp_timeout_iters"),
+                             sch.attention_dp_timeout_iters, 50, "TensorRT-LLM default")
+    wait_iters = rec.pick((*sp, "attention_dp_batching_wait_iters"),
+                          sch.attention_dp_batching_wait_iters, 10, "TensorRT-LLM default")
     chunked = True
     if name != "decode":
         chunked = rec.pick((*path, "enable_chunked_prefill"), e.enable_chunked_prefill, True)
@@ -328,6 +333,8 @@ def _resolve_role(rec: _Recorder, name: str, w: Worker, e: Engine, backend: Back
         backend=backend, model=model.name, hardware=gpu.name, **shape,
         max_batched_tokens=max_batched_tokens, max_sequences=max_sequences,
         prefill_schedule_interval=psi, prefill_decode_interval=pdi,
+        attention_dp_balance=balance, attention_dp_timeout_iters=timeout_iters,
+        attention_dp_batching_wait_iters=wait_iters,
         enable_chunked_prefill=chunked, block_size=block_size, prefix_caching=prefix_caching,
         kv_bytes_per_token=bytes_per_token, num_gpu_blocks=num_blocks,
         max_model_len=max_model_len, prefix_match_unit=kv.prefix_match_unit, state_cache=state,

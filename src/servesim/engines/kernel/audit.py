@@ -319,7 +319,8 @@ class ReplayGuard:
         replay = self.replay
         out: list[Any] = [len(replay.events), replay.num_requests]
         for worker in replay.workers:
-            out.append((worker.busy, worker.wave_step % worker.ranks[0].prefill_interval))
+            out.append((worker.busy, worker.wave_step % worker.ranks[0].prefill_interval,
+                        worker.balance_wait, worker.balance_batch))
             for rank in worker.ranks:
                 for _, members, _ in _queues(rank):
                     out.append(tuple((s.spec.request_id, s.num_computed, s.generated,

@@ -76,6 +76,10 @@ class PassWorker:
     ranks: list[RankScheduler]
     next_rank: int = 0
     wave_step: int = 0  # passes since the worker's DP group last drained
+    # attention-DP balance (TensorRT-LLM): passes spent waiting for every rank to have
+    # prompt work, and passes spent batching once they all have
+    balance_wait: int = 0
+    balance_batch: int = 0
     busy: bool = False
     pass_start: float = 0.0
     pending: list[RankPass] = field(default_factory=list)
@@ -220,10 +224,11 @@ class ReplayLoop(Generic[W]):
         duration = 0.0
         progressed = False
         dp_size = len(worker.ranks)
+        hold = worker.ranks[0].balance is not None and _hold_prompts(worker)
         for rank in worker.ranks:
             if not rank.has_work:
                 continue
-            res = rank.execute_pass(now, worker.wave_step, dp_size)
+            res = rank.execute_pass(now, worker.wave_step, dp_size, hold)
             results.append(res)
             ran.append(rank)
             progressed = progressed or res.progressed
@@ -387,6 +392,14 @@ class ReplayLoop(Generic[W]):
         worker.busy_ms = busy
         worker.pass_start = start
         worker.wave_step += steps
+        balance = worker.ranks[0].balance
+        if balance is not None:
+            # Each steady pass leaves a rank without prompt work: the wait counter runs
+            # on, restarting at the timeout; an idle rank (no decodes) resets it.
+            timeout = balance[0]
+            full = len(segment.ranks) == len(worker.ranks)
+            worker.balance_wait = (worker.balance_wait + steps) % timeout if (
+                full and timeout) else 0
         self.passes += steps
         self.bulk_passes += steps
         return finished
@@ -442,6 +455,39 @@ class ReplayLoop(Generic[W]):
                         message=f"workload produced an arrival at {t} ms, before the current "
                         f"virtual time {self.now} ms; arrivals must be nondecreasing")]
         )
+
+
+def _hold_prompts(worker: PassWorker) -> bool:
+    """TensorRT-LLM's attention-DP balance (``attention_dp_config.enable_balance``), run
+    before each pass of a worker with work: whether its ranks hold their prompt work this
+    pass (decodes go on). Prompts run when every rank has some and a free sequence slot,
+    after ``batching_wait_iters`` passes in which they wait for more (only while every
+    rank is decoding); otherwise they wait, at most ``timeout_iters`` passes, and not at
+    all while some rank has nothing to decode."""
+    if not any(rank.has_work for rank in worker.ranks):
+        return False
+    balance = worker.ranks[0].balance
+    assert balance is not None
+    timeout, wait = balance
+    every_prompt = every_decode = every_free = True
+    for rank in worker.ranks:
+        prompt_work, decoding = rank.balance_load()
+        every_prompt = every_prompt and prompt_work
+        every_decode = every_decode and decoding > 0
+        every_free = every_free and decoding < rank.max_sequences
+    if every_prompt and every_free:
+        worker.balance_wait = 0
+        if every_decode:
+            if worker.balance_batch < wait:
+                worker.balance_batch += 1
+                return True
+            worker.balance_batch = 0
+        return False
+    worker.balance_wait += 1
+    if worker.balance_wait >= timeout or not every_decode:
+        worker.balance_wait = 0
+        return False
+    return True
 
 
 def _steady_pass_ms(plans: list[tuple[RankScheduler, int, int]], j: int) -> float:

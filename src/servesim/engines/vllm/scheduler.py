@@ -231,6 +231,12 @@ class RankScheduler:
         self._prefix = 0
         self._preemptions = 0
         self.prefill_interval = role.prefill_schedule_interval
+        # TensorRT-LLM's attention-DP balance, (timeout_iters, batching_wait_iters): the
+        # worker holds prompt work until every rank has some (kernel ``_hold_prompts``).
+        self.balance: tuple[int, int] | None = None
+        if role.attention_dp_balance and role.attention_data > 1:
+            self.balance = (role.attention_dp_timeout_iters,
+                            role.attention_dp_batching_wait_iters)
         self._prefill_capacity_bound = False
         # The inlined decode step in execute_pass; off = every step through _schedule
         # (differential tests prove both give identical replays).
@@ -262,12 +268,14 @@ class RankScheduler:
 
     # -- one pass -------------------------------------------------------------------------
 
-    def execute_pass(self, now: float, wave_step: int = 0, dp_size: int = 1) -> RankPass:
+    def execute_pass(self, now: float, wave_step: int = 0, dp_size: int = 1,
+                     hold: bool = False) -> RankPass:
         """Schedule and account one pass starting at ``now``.
 
         ``wave_step`` counts the passes of this rank's DP group since it last drained;
         with ``dp_size > 1`` and ``prefill_schedule_interval = N``, new prefill work is
-        admitted only when ``wave_step % N == 0`` (decodes always continue).
+        admitted only when ``wave_step % N == 0`` (decodes always continue). ``hold``:
+        the DP group's balance holds prompt work in this pass, as off the cadence.
         """
         self._pass_id += 1
         self._budget = self.max_batched_tokens
@@ -275,7 +283,7 @@ class RankScheduler:
         out = RankPass()
         scheduled: list[SeqState] = []
         preempted_before = self._preemptions
-        defer = (
+        defer = hold or (
             dp_size > 1
             and wave_step % self.prefill_interval != 0
             and not self._prefill_capacity_bound
@@ -350,6 +358,19 @@ class RankScheduler:
             out.prefill_ms = self.timer.prefill_ms(*args)
         self._emit_ready_tokens(scheduled, out, decode=not extend)
         return out
+
+    def balance_load(self) -> tuple[bool, int]:
+        """What this rank reports to its DP group's attention-DP balance before a pass:
+        whether it has prompt work to schedule (a prompt chunk of a running request, or a
+        waiting head it would admit), and how many of its running requests decode."""
+        prompt_work = False
+        decoding = 0
+        for seq in self.running:
+            if seq.num_computed < max(seq.prompt_len, seq.prompt_len + seq.generated - 1):
+                prompt_work = True
+            else:
+                decoding += 1
+        return prompt_work or not self._waiting_blocked(), decoding
 
     # -- bulk advance of steady decode (spec §5.6; ARCHITECTURE "Replay kernel and speed") --
 
