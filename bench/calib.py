@@ -71,6 +71,15 @@ MODEL_ALIASES = {
 BLOCK_SIZE = {"vllm": 64, "sglang": 64, "trtllm": 32}  # sglang pages are 1 token; 64 is cheaper
 MAX_SEQS = {"vllm": 1024, "sglang": 4096, "trtllm": 2048}
 MEMORY_FRACTION = {"vllm": 0.9, "sglang": 0.88, "trtllm": 0.9}
+# TensorRT-LLM deployments with attention DP balance prompts across their ranks
+# (attention_dp_config: enable_balance, timeout_iters, batching_wait_iters). The rows do not
+# record the setting. Replayed without it, a wide worker stalls every rank's decoding for
+# each rank's prompt (GB200 DeepSeek-R1 8192x1024 c128 over 52 ranks: 30.9 ms TPOT against
+# 7.9 ms measured; TPOT MAPE 127% on the 33 GB200 rows). Of the two settings tried on the
+# 91 TensorRT-LLM attention-DP rows, timeout 60 without batching wait (TTFT / TPOT MAPE
+# 53.7 / 18.9%) beat TensorRT-LLM's defaults, 50 and 10 (59.5 / 19.9%).
+ADP_BALANCE = {"attention_dp_balance": True, "attention_dp_timeout_iters": 60,
+               "attention_dp_batching_wait_iters": 0}
 
 # The benchmark client: requests per client (all measured), the gap between the clients'
 # first sends (small: the first request starts a pass alone, the others join the next one)
@@ -332,7 +341,8 @@ def _worker(row: Row, worker_type: str, par: dict[str, int],
         moe_tensor=moe_tp, moe_expert=moe_ep,
         max_batched_tokens=budget,
         max_sequences=min(MAX_SEQS[backend], max(per_rank, 1)),
-        block_size=BLOCK_SIZE[backend], kv_bytes_per_token=kv_bpt, num_gpu_blocks=blocks)
+        block_size=BLOCK_SIZE[backend], kv_bytes_per_token=kv_bpt, num_gpu_blocks=blocks,
+        **(ADP_BALANCE if backend == "trtllm" else {}))
     return role, geometry, kv_bpt
 
 

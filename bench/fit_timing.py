@@ -5,8 +5,7 @@
     .venv/bin/python bench/fit_timing.py --report   # accuracy of the shipped constants
 
 Rows: the aggregated rows of bench/data/silicon_dev.csv that the catalog can describe
-(disaggregated rows are not used), except the rows of a mechanism the engine does not
-model (:func:`fitted`). Prediction per row: exactly what bench/accuracy.py's
+(disaggregated rows are not used). Prediction per row: exactly what bench/accuracy.py's
 replay gives (``calib.replay``: the benchmark's closed loop through the vLLM engine), but
 computed by re-pricing a recording of that replay (``calib.record``), so one constant set
 costs milliseconds per row instead of a replay. ``--fit-rows`` subsamples the fit rows
@@ -112,17 +111,6 @@ def report(c: AnalyticalConstants, items: list[Item], worst: int = 12) -> None:
         v = errs[key]
         print(f"{' / '.join(key[1:])[:60]:60} {len(v):5d} {_mape([e[0] for e in v]):11.1f} "
               f"{_mape([e[1] for e in v]):11.1f}")
-
-
-def fitted(row: calib.Row) -> bool:
-    """Whether the fit uses ``row``. TensorRT-LLM deployments with attention data
-    parallelism balance prompts across the ranks (a rank holds its new prompts until every
-    rank has one, so they run in the same passes), which the engine does not model: it
-    replays each rank's prompts in passes of their own, which stall every rank's decoding
-    (GB200 wide-EP DeepSeek-R1 8192x1024 c128 over 52 ranks: 29.0 ms TPOT replayed
-    against 7.9 ms measured). Fitting those rows would bend the constants of all the
-    others; ``bench/accuracy.py`` still reports them."""
-    return not (row.backend == "trtllm" and row.dp > 1)
 
 
 def load_items(rows: list[calib.Row], cache: Path | None) -> list[Item]:
@@ -301,10 +289,10 @@ def main() -> int:
         report(base, load_items(calib.sample(rows, args.fit_rows or None), args.cache))
         return 0
     fit_rows = [r for r in calib.sample([r for r in rows if not calib.holdout(r)],
-                                        args.fit_rows or None) if fitted(r)]
+                                        args.fit_rows or None)]
     items = load_items(fit_rows, args.cache)
     print(f"fitting on {len(items)} rows ({len(rows)} aggregated rows in the file, "
-          f"holdout fold and TensorRT-LLM attention-DP rows excluded)")
+          f"holdout fold excluded)")
     keys = [*GLOBAL, *(f"{b}.{f}" for b in BACKENDS for f in PER_BACKEND)]
     best = fit(base, items, keys, args.ttft_weight, args.iterations, error=args.error)
     report(best, items)
@@ -318,7 +306,7 @@ def main() -> int:
         "command": "python bench/fit_timing.py " + " ".join(sys.argv[1:]),
         "rows": f"{len(items)} aggregated rows of bench/data/silicon_dev.csv (a subsample "
                 "spread over the (GPU, backend, model) partitions; calib.holdout fold "
-                "and TensorRT-LLM attention-DP rows, fit_timing.fitted, excluded)",
+                "excluded)",
         "prediction": "the benchmark's closed loop replayed through the vLLM engine "
                       "(calib.replay, re-priced from calib.record)",
         "loss": f"Huber ({HUBER}) least squares of the {args.error} TPOT error + "
