@@ -22,6 +22,8 @@ from servesim.limits import bounded
 SCHEMA_VERSION = 1
 
 Role = Literal["aggregated", "prefill", "decode"]
+# Which attention-DP rank of a worker a new request joins
+Placement = Literal["round_robin", "least_loaded"]
 ROLES: tuple[Role, ...] = ("aggregated", "prefill", "decode")
 
 
@@ -80,6 +82,7 @@ class RoleArgs:
     attention_dp_balance: bool = False
     attention_dp_timeout_iters: int = bounded(0, L.SCHEDULER, default=50)
     attention_dp_batching_wait_iters: int = bounded(0, L.SCHEDULER, default=10)
+    attention_dp_placement: Placement = "round_robin"
     enable_chunked_prefill: bool = True
     preemption_mode: Literal["lifo", "fifo"] = "lifo"
     # KV cache (per attention-DP rank, per TP shard)
@@ -225,7 +228,7 @@ ROLE_FIELD_SECTIONS: dict[str, str] = {
     **{k: "scheduler" for k in ("max_batched_tokens", "max_sequences",
                                 "prefill_schedule_interval", "prefill_decode_interval",
                                 "attention_dp_balance", "attention_dp_timeout_iters",
-                                "attention_dp_batching_wait_iters")},
+                                "attention_dp_batching_wait_iters", "attention_dp_placement")},
     **{k: "kv_cache" for k in ("block_size", "prefix_caching", "kv_bytes_per_token",
                                "num_gpu_blocks", "prefix_match_unit", "state_cache")},
 }

@@ -174,7 +174,7 @@ def test_case_05_scheduler_intervals_are_backend_specific() -> None:
         "  hint: remove it (0, the default, is supported)"]
 
 
-def test_attention_dp_balance_is_tensorrt_llm_s() -> None:
+def test_attention_dp_balance_is_tensorrt_llm_s_placement_any_backend_s() -> None:
     balance = ("[engine.workers.aggregated.scheduler]\nattention_dp_balance = true\n"
                "attention_dp_timeout_iters = 60\nattention_dp_batching_wait_iters = 0\n")
     assert errors(QWEN + balance) == [
@@ -185,9 +185,13 @@ def test_attention_dp_balance_is_tensorrt_llm_s() -> None:
     trt = role(compile_ok(QWEN + 'backend = "trtllm"\n' + balance))
     assert (trt.attention_dp_balance, trt.attention_dp_timeout_iters,
             trt.attention_dp_batching_wait_iters) == (True, 60, 0)
+    placed = role(compile_ok(QWEN + "[engine.workers.aggregated.scheduler]\n"
+                                     'attention_dp_placement = "least_loaded"\n'))
+    assert placed.attention_dp_placement == "least_loaded"
     default = role(compile_ok(QWEN + 'backend = "trtllm"\n' + AGG))
     assert (default.attention_dp_balance, default.attention_dp_timeout_iters,
-            default.attention_dp_batching_wait_iters) == (False, 50, 10)
+            default.attention_dp_batching_wait_iters, default.attention_dp_placement) == (
+        False, 50, 10, "round_robin")
 
 
 # --- 6-10: capacity and manual state cache ------------------------------------------------

@@ -93,6 +93,7 @@ def roles(draw: st.DrawFn, worker_type: str, longest: int, *, max_batched: int =
         "attention_dp_balance": st.booleans(),
         "attention_dp_timeout_iters": st.integers(0, 4),
         "attention_dp_batching_wait_iters": st.integers(0, 3),
+        "attention_dp_placement": st.sampled_from(["round_robin", "least_loaded"]),
         "replicas": st.integers(1, 2),
         "timing": FIXED_TIMINGS,
     }

@@ -205,3 +205,16 @@ def test_prefill_schedule_interval_defers_new_prompts_on_busy_dp_ranks(
     assert records[1].first_admit_ms == 11.0
     assert records[2].first_admit_ms == admit_ms
     assert records[0].token_times[:2] == array("d", [11.0, 22.0])
+
+
+@pytest.mark.parametrize(("placement", "admit_ms"), [("round_robin", 33.0), ("least_loaded", 20.0)])
+def test_least_loaded_placement_joins_the_rank_with_the_fewest_requests(
+    sim: Any, placement: str, admit_ms: float
+) -> None:
+    # One sequence per rank: request 0 decodes on rank 0 until 33 ms, request 1 on rank 1
+    # ends at 12 ms. Request 2 (arriving at 20 ms) is round-robin's third, for rank 0;
+    # least-loaded placement puts it on the idle rank 1, whose pass starts at once.
+    role = sim.role(attention_data=2, max_sequences=1, attention_dp_placement=placement)
+    records, _, _ = sim.run(role, [sim.spec(0, 4, 23), sim.spec(1, 4, 2),
+                                   sim.spec(2, 4, 2, arrival=20.0)])
+    assert records[2].first_admit_ms == admit_ms

@@ -67,6 +67,7 @@ class Scheduler:
     attention_dp_balance: bool | None = None
     attention_dp_timeout_iters: int | None = nonneg(SCHEDULER)
     attention_dp_batching_wait_iters: int | None = nonneg(SCHEDULER)
+    attention_dp_placement: Literal["round_robin", "least_loaded"] | None = None
 
 
 @attrs.frozen

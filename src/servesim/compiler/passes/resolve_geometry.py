@@ -41,6 +41,7 @@ from servesim.compiler.plugin_sections import resolve_engine_options
 from servesim.errors import CompileError, Diagnostic, Path, format_path
 from servesim.payload import (
     KvTransferArgs,
+    Placement,
     RoleArgs,
     SlaArgs,
     SpeculationArgs,
@@ -199,6 +200,8 @@ def _resolve_role(rec: _Recorder, name: str, w: Worker, e: Engine, backend: Back
                              sch.attention_dp_timeout_iters, 50, "TensorRT-LLM default")
     wait_iters = rec.pick((*sp, "attention_dp_batching_wait_iters"),
                           sch.attention_dp_batching_wait_iters, 10, "TensorRT-LLM default")
+    placement: Placement = rec.pick((*sp, "attention_dp_placement"),
+                                    sch.attention_dp_placement, "round_robin")
     chunked = True
     if name != "decode":
         chunked = rec.pick((*path, "enable_chunked_prefill"), e.enable_chunked_prefill, True)
@@ -334,7 +337,7 @@ def _resolve_role(rec: _Recorder, name: str, w: Worker, e: Engine, backend: Back
         max_batched_tokens=max_batched_tokens, max_sequences=max_sequences,
         prefill_schedule_interval=psi, prefill_decode_interval=pdi,
         attention_dp_balance=balance, attention_dp_timeout_iters=timeout_iters,
-        attention_dp_batching_wait_iters=wait_iters,
+        attention_dp_batching_wait_iters=wait_iters, attention_dp_placement=placement,
         enable_chunked_prefill=chunked, block_size=block_size, prefix_caching=prefix_caching,
         kv_bytes_per_token=bytes_per_token, num_gpu_blocks=num_blocks,
         max_model_len=max_model_len, prefix_match_unit=kv.prefix_match_unit, state_cache=state,

@@ -104,6 +104,10 @@ class DecodeRank(RankScheduler):
         return len(self.running) + len(self.waiting) + len(self.materialized)
 
     @property
+    def load(self) -> int:
+        return self.num_requests + len(self.reserved)
+
+    @property
     def num_destinations(self) -> int:
         """Requests this rank has committed a sequence slot to."""
         return len(self.running) + len(self.materialized) + len(self.reserved)

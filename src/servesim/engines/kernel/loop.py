@@ -90,7 +90,16 @@ class PassWorker:
     end_entry: Any = None  # the heap entry of the end of the pass or segment in flight
 
     def place(self) -> int:
-        """Round-robin over this worker's ranks."""
+        """The rank a new request joins: round-robin over this worker's ranks, or under
+        least-loaded placement the rank with the fewest requests (the first of them)."""
+        ranks = self.ranks
+        if ranks[0].least_loaded:
+            best, fewest = 0, ranks[0].load
+            for i in range(1, len(ranks)):
+                n = ranks[i].load
+                if n < fewest:
+                    best, fewest = i, n
+            return best
         rank = self.next_rank
         self.next_rank = (rank + 1) % len(self.ranks)
         return rank

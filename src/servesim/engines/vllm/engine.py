@@ -135,7 +135,8 @@ class AggregatedReplay(ReplayLoop[Worker]):
     def _arrive(self, spec: RequestSpec) -> None:
         worker = self._workers[self.next_worker]
         self.next_worker = (self.next_worker + 1) % len(self._workers)
-        self._touch(worker, reads=False)  # the request only joins a waiting queue
+        # The request only joins a waiting queue, unless its placement reads the ranks.
+        self._touch(worker, reads=worker.ranks[0].least_loaded)
         rank = worker.ranks[worker.place()]
         record = RequestRecord(
             request_id=spec.request_id,
