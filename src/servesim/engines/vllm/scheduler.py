@@ -231,9 +231,9 @@ class RankScheduler:
         self._prefix = 0
         self._preemptions = 0
         self.prefill_interval = role.prefill_schedule_interval
+        self.least_loaded = role.attention_dp_placement == "least_loaded"
         # TensorRT-LLM's attention-DP balance, (timeout_iters, batching_wait_iters): the
         # worker holds prompt work until every rank has some (kernel ``_hold_prompts``).
-        self.least_loaded = role.attention_dp_placement == "least_loaded"
         self.balance: tuple[int, int] | None = None
         if role.attention_dp_balance and role.attention_data > 1:
             self.balance = (role.attention_dp_timeout_iters,
@@ -270,7 +270,7 @@ class RankScheduler:
     @property
     def load(self) -> int:
         """The requests this rank has taken on, as least-loaded placement counts them."""
-        return len(self.running) + len(self.waiting)
+        return self.num_requests
 
     # -- one pass -------------------------------------------------------------------------
 
