@@ -69,8 +69,8 @@ def main() -> int:
     tpot: dict[tuple[str, ...], list[float]] = defaultdict(list)
     done = 0
     if args.rows:
-        print(f"{'row':70} {'TTFT meas':>10} {'pred':>9} {'err%':>7} "
-              f"{'TPOT meas':>10} {'pred':>8} {'err%':>7}")
+        print(f"{'TTFT meas':>10} {'pred':>9} {'err%':>7} "
+              f"{'TPOT meas':>10} {'pred':>8} {'err%':>7}  row")
     for row, s in calib.iter_setups(rows, max_tokens=args.max_tokens, waves=args.waves):
         if isinstance(s, str):
             skipped[s.split(":")[0][:90]] += 1
@@ -94,8 +94,9 @@ def main() -> int:
             ttft[key].append(e_ttft)
             tpot[key].append(e_tpot)
         if args.rows:
-            print(f"{row.id[:70]:70} {row.ttft_ms:10.1f} {res.ttft_ms:9.1f} {100 * e_ttft:7.1f} "
-                  f"{row.tpot_ms:10.2f} {res.tpot_ms:8.2f} {100 * e_tpot:7.1f}")
+            # the whole id, last: ids differ only in their tails
+            print(f"{row.ttft_ms:10.1f} {res.ttft_ms:9.1f} {100 * e_ttft:7.1f} "
+                  f"{row.tpot_ms:10.2f} {res.tpot_ms:8.2f} {100 * e_tpot:7.1f}  {row.id}")
     elapsed = time.perf_counter() - started
     print(f"\nrows: {len(all_rows)} in the file, {len(rows)} selected "
           f"(--limit {args.limit}), {done} simulated, {sum(skipped.values())} not simulated "
