@@ -1,7 +1,7 @@
 """Accuracy of the default (analytical) timing against measured serving runs.
 
     .venv/bin/python bench/accuracy.py                 # deterministic subsample, a few minutes
-    .venv/bin/python bench/accuracy.py --limit 0       # every row (slow)
+    .venv/bin/python bench/accuracy.py --limit 0       # every row (10 min on 2 cores, compiled)
     .venv/bin/python bench/accuracy.py --rows          # also print every row's errors
 
 Each row of bench/data/silicon_dev.csv is replayed the way it was measured
@@ -27,6 +27,9 @@ many tokens for the budget) are counted with their reason. Errors are
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+import functools
+import os
 import sys
 import time
 from collections import Counter, defaultdict
@@ -36,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import calib
 
-from servesim.timing.analytical import load_constants
+from servesim.timing.analytical import AnalyticalConstants, load_constants
 
 
 def _mape(errors: list[float]) -> float:
@@ -49,6 +52,19 @@ def _bias(errors: list[float]) -> float:
     return 100.0 * sum(errors) / len(errors) if errors else float("nan")
 
 
+def _replay(row: calib.Row, *, constants: AnalyticalConstants, max_tokens: int,
+            waves: int) -> calib.Result | str:
+    """One row's replay, or why it could not be simulated."""
+    try:
+        s = calib.setup(row, max_tokens=max_tokens, waves=waves)
+    except calib.Unsupported as exc:
+        return str(exc).split(":")[0][:90]
+    try:
+        return calib.replay(s, constants)
+    except calib.Unsupported as exc:
+        return str(exc)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--limit", type=int, default=400,
@@ -58,6 +74,8 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=calib.MAX_TOKENS,
                     help="output-token budget of one row's replay")
     ap.add_argument("--rows", action="store_true", help="print every row")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                    help="rows replayed at once, one process each (default: every core)")
     args = ap.parse_args()
 
     constants = load_constants()
@@ -71,14 +89,13 @@ def main() -> int:
     if args.rows:
         print(f"{'TTFT meas':>10} {'pred':>9} {'err%':>7} "
               f"{'TPOT meas':>10} {'pred':>8} {'err%':>7}  row")
-    for row, s in calib.iter_setups(rows, max_tokens=args.max_tokens, waves=args.waves):
-        if isinstance(s, str):
-            skipped[s.split(":")[0][:90]] += 1
-            continue
-        try:
-            res = calib.replay(s, constants)
-        except calib.Unsupported as exc:
-            skipped[str(exc)] += 1
+    replay = functools.partial(_replay, constants=constants, max_tokens=args.max_tokens,
+                               waves=args.waves)
+    with concurrent.futures.ProcessPoolExecutor(args.jobs) as pool:
+        outcomes = list(pool.map(replay, rows, chunksize=4))
+    for row, res in zip(rows, outcomes, strict=True):
+        if isinstance(res, str):
+            skipped[res] += 1
             continue
         e_ttft = res.ttft_ms / row.ttft_ms - 1
         e_tpot = res.tpot_ms / row.tpot_ms - 1
