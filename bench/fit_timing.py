@@ -30,9 +30,11 @@ the bounds in ``BOUNDS``. Standard library only.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import datetime
 import json
 import math
+import os
 import pickle
 import sys
 import time
@@ -113,28 +115,35 @@ def report(c: AnalyticalConstants, items: list[Item], worst: int = 12) -> None:
               f"{_mape([e[1] for e in v]):11.1f}")
 
 
-def load_items(rows: list[calib.Row], cache: Path | None) -> list[Item]:
-    """Setups and recordings of ``rows`` (recordings do not depend on the constants, so
-    they can be cached between runs)."""
+def _record(s: calib.Setup | calib.PdSetup) -> calib.Recording | None:
+    try:
+        return calib.record(s)
+    except calib.Unsupported:
+        return None
+
+
+def load_items(rows: list[calib.Row], cache: Path | None, jobs: int) -> list[Item]:
+    """Setups and recordings of ``rows``, ``jobs`` replays at once (recordings do not
+    depend on the constants, so they can be cached between runs)."""
     cached: dict[str, tuple[calib.Setup, calib.Recording]] = {}
     if cache is not None and cache.exists():
         with cache.open("rb") as f:
             cached = pickle.load(f)
-    items: list[Item] = []
     started = time.perf_counter()
-    for row, s in calib.iter_setups(rows, max_tokens=calib.MAX_TOKENS):
-        if isinstance(s, str):
-            continue
+    setups = [(row, s) for row, s in calib.iter_setups(rows, max_tokens=calib.MAX_TOKENS)
+              if not isinstance(s, str)]
+    fresh = [(row, s) for row, s in setups if row.id not in cached]
+    with concurrent.futures.ProcessPoolExecutor(jobs) as pool:
+        recordings = list(pool.map(_record, [s for _, s in fresh], chunksize=4))
+    recorded = {row.id for row, _ in fresh}
+    for (row, s), rec in zip(fresh, recordings, strict=True):
+        if rec is not None:
+            cached[row.id] = (s, rec)
+    items: list[Item] = []
+    for row, _ in setups:
         hit = cached.get(row.id)
         if hit is not None:
-            hit = (hit[0], calib.compact(hit[1]))
-        else:
-            try:
-                hit = (s, calib.record(s))
-            except calib.Unsupported:
-                continue
-            cached[row.id] = hit
-        items.append(hit)
+            items.append(hit if row.id in recorded else (hit[0], calib.compact(hit[1])))
     if cache is not None:
         with cache.open("wb") as f:
             pickle.dump(cached, f)
@@ -275,6 +284,8 @@ def main() -> int:
     ap.add_argument("--iterations", type=int, default=12)
     ap.add_argument("--fit-rows", type=int, default=700,
                     help="subsample of the fit rows, spread over partitions (0: all)")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                    help="rows recorded at once, one process each (default: every core)")
     ap.add_argument("--cache", type=Path, default=None,
                     help="pickle file caching the recordings between runs")
     ap.add_argument("--report", action="store_true",
@@ -286,11 +297,12 @@ def main() -> int:
     rows = [r for r in calib.load_rows() if r.mode == "agg"]
     base = load_constants()
     if args.report:
-        report(base, load_items(calib.sample(rows, args.fit_rows or None), args.cache))
+        report(base, load_items(calib.sample(rows, args.fit_rows or None), args.cache,
+                                args.jobs))
         return 0
     fit_rows = [r for r in calib.sample([r for r in rows if not calib.holdout(r)],
                                         args.fit_rows or None)]
-    items = load_items(fit_rows, args.cache)
+    items = load_items(fit_rows, args.cache, args.jobs)
     print(f"fitting on {len(items)} rows ({len(rows)} aggregated rows in the file, "
           f"holdout fold excluded)")
     keys = [*GLOBAL, *(f"{b}.{f}" for b in BACKENDS for f in PER_BACKEND)]
