@@ -153,3 +153,29 @@ def test_bulk_and_stepwise_agree_with_a_front_end_on_random_workloads(
                                                       bulk_decode=bulk))[0]
 
     assert outcome(True) == outcome(False)
+
+
+def test_a_pass_the_balance_holds_keeps_the_prefill_cadence() -> None:
+    """Balance and vLLM's prefill cadence together (a config the compiler refuses, which
+    the engine must still replay the same in both modes): a steady pass the balance holds
+    is on the cadence, as the bulk advance counts it. Found by the random test above."""
+    role = Sim.role(attention_data=2, max_sequences=2, prefill_schedule_interval=3,
+                    attention_dp_balance=True, attention_dp_timeout_iters=2,
+                    attention_dp_batching_wait_iters=0, enable_chunked_prefill=False,
+                    block_size=2, num_gpu_blocks=5, prefix_caching=False,
+                    max_batched_tokens=69)
+    specs = [Sim.spec(0, 1, 4), Sim.spec(1, 9, 0), Sim.spec(2, 1, 4),
+             Sim.spec(3, 1, 4, arrival=3.0), Sim.spec(4, 1, 0, arrival=3.0),
+             *(Sim.spec(i, 2, 0, arrival=3.0) for i in range(5, 9))]
+    followups = {0: [Sim.spec(100, 6, 0)], 3: [Sim.spec(103, 6, 0)], 4: [Sim.spec(104, 2, 0)],
+                 5: [Sim.spec(105, 3, 0)], 6: [Sim.spec(106, 3, 0)]}
+    timer = FrontEndTimer(0.0, 0.125, make_timer(role))
+
+    def outcome(bulk: bool) -> Any:
+        return replayed(lambda sink: AggregatedReplay(
+            role, timer, ListWorkload(specs, followups=followups), sink, None,
+            bulk_decode=bulk))
+
+    (bulk, replay), (step, _) = outcome(True), outcome(False)
+    assert replay.bulk_passes > 0
+    assert bulk == step

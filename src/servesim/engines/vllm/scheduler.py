@@ -66,6 +66,12 @@ _BLOCKED: Final = 1
 _PREEMPTED_SELF: Final = 2
 
 
+def _prompt_left(seq: SeqState) -> bool:
+    """Whether ``seq`` has prompt tokens to compute: its prompt, or after a preemption the
+    prompt and the tokens it had generated (all but the dangling last one)."""
+    return seq.num_computed < max(seq.prompt_len, seq.prompt_len + seq.generated - 1)
+
+
 def _plain_write(rs: RequestState | None) -> bool:
     """The next write to this working state needs no blocks (it exists, unpublished)."""
     return rs is not None and bool(rs.working) and rs.published_at < 0
@@ -289,17 +295,17 @@ class RankScheduler:
         out = RankPass()
         scheduled: list[SeqState] = []
         preempted_before = self._preemptions
-        defer = hold or (
+        off_cadence = (
             dp_size > 1
             and wave_step % self.prefill_interval != 0
             and not self._prefill_capacity_bound
             and any(s.num_computed >= s.prompt_len for s in self.running)
         )
+        defer = hold or off_cadence
         # SGLang: a pass either extends prompts (chunk continuations and admissions; the
         # decoding requests wait) or decodes, and it extends whenever there is prompt work.
         extend = self.separate_prefill and not defer and (
-            any(s.num_computed < max(s.prompt_len, s.prompt_len + s.generated - 1)
-                for s in self.running)
+            any(_prompt_left(s) for s in self.running)
             or not self._waiting_blocked())
         if self.ratio is not None and not extend and self.running:
             self._check_decode_memory()
@@ -347,9 +353,10 @@ class RankScheduler:
         if not preempted_any:
             self._admit_waiting(scheduled, out, now, defer,
                                 prompts=extend or not self.separate_prefill)
-            if not defer:
-                # Requests left waiting for capacity let the next pass admit again even
-                # off the prefill cadence.
+            if not off_cadence:
+                # Requests left waiting for capacity let the next pass admit again even off
+                # the prefill cadence (a pass the balance held counts as on it, as a steady
+                # pass does).
                 self._prefill_capacity_bound = bool(self.waiting)
         if self.sampler is not None and not extend:
             before = self._preemptions
@@ -372,7 +379,7 @@ class RankScheduler:
         prompt_work = False
         decoding = 0
         for seq in self.running:
-            if seq.num_computed < max(seq.prompt_len, seq.prompt_len + seq.generated - 1):
+            if _prompt_left(seq):
                 prompt_work = True
             else:
                 decoding += 1
