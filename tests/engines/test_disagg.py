@@ -362,6 +362,21 @@ def test_decode_reservations_wait_for_capacity_in_order() -> None:
     assert_drained(replay)
 
 
+@pytest.mark.parametrize("placement", ["round_robin", "least_loaded"])
+def test_handoffs_spread_over_the_decode_ranks(placement: str) -> None:
+    # Both prompts prefill in one pass (0-10) and hand off together to a decode worker of
+    # two ranks with one sequence each. Least-loaded placement counts the handoff placed
+    # a moment before, still waiting to reserve, so the second goes to the other rank
+    # and both decode at once instead of one after the other.
+    decode = decode_role(attention_data=2, max_sequences=1, attention_dp_placement=placement)
+    specs = [Sim.spec(i, 4, 3) for i in range(2)]
+    records, stats, replay = run_pd(specs, prefill=prefill_role(max_sequences=2), decode=decode)
+    for i in range(2):
+        assert list(records[i].token_times) == [P + D, P + 2 * D, P + 3 * D]
+    assert stats.completed == 2
+    assert_drained(replay)
+
+
 def test_max_sequences_bounds_destinations() -> None:
     decode = decode_role(max_sequences=1)
     specs = [Sim.spec(i, 4, 3) for i in range(3)]

@@ -362,6 +362,7 @@ class DisaggReplay(ReplayLoop[PoolWorker]):
         flight.record.decode_worker = worker.index
         flight.record.pass_ends = worker.pass_ends
         self.handoffs.setdefault(rank, []).append(flight)
+        rank.handoffs += 1
         self.retry[rank] = None
 
     def _reserve_pending(self, rank: DecodeRank) -> None:
@@ -386,6 +387,7 @@ class DisaggReplay(ReplayLoop[PoolWorker]):
             else:
                 self._start_transfer(flight)
         del queue[:done]
+        rank.handoffs -= done
         if not queue:
             del self.handoffs[rank]
 

@@ -93,6 +93,7 @@ class DecodeRank(RankScheduler):
     def __init__(self, role: RoleArgs, timer: StepTimer, rank_offset: int = 0) -> None:
         super().__init__(role, timer, rank_offset)
         self.reserved: dict[SeqState, None] = {}  # blocks reserved, KV in transfer
+        self.handoffs = 0  # requests handed to this rank, queued to reserve
         self.materialized: deque[SeqState] = deque()  # KV arrived, waiting for admission
 
     @property
@@ -105,7 +106,7 @@ class DecodeRank(RankScheduler):
 
     @property
     def load(self) -> int:
-        return self.num_requests + len(self.reserved)
+        return self.num_requests + len(self.reserved) + self.handoffs
 
     @property
     def num_destinations(self) -> int:
