@@ -10,7 +10,8 @@ request completes, ``--waves`` x concurrency requests in all (fewer when that ex
 ``--max-tokens`` output tokens, at least one wave), through the vLLM engine
 (``servesim.engines.vllm``) priced by the analytical timer with the row's model, GPU,
 parallelism and weight precision, whose front-end latency delays each request's admission
-as in ``servesim replay``. TTFT and TPOT are means over every request.
+as in ``servesim replay``. TTFT and TPOT are means over every request, the first wave
+weighed as one of ``--waves`` (``calib.shares``).
 
 P/D (disaggregated) rows are replayed the same way through the disaggregated engine:
 ``prefill_num_workers`` and ``decode_num_workers`` workers of their own parallelism, the

@@ -9,7 +9,8 @@ through the vLLM engine.
 How a row was measured (:class:`BenchmarkLoop`): ``concurrency`` clients start together,
 each re-sends as soon as its request completes, ``WAVES x concurrency`` requests in all,
 and TTFT / TPOT are means over every request (the first wave, whose prompts all queue at
-once, included). The engine admits each request after the front end's latency
+once, included; a replay cut to fewer waves by its token budget weighs that wave as one
+of ``WAVES``, :func:`shares`). The engine admits each request after the front end's latency
 (:meth:`AnalyticalTimer.request_ms`), as ``servesim replay`` does.
 
 Recording: in this closed loop the engine's schedule (which requests are in which pass,
@@ -229,6 +230,7 @@ class Setup:
     role: RoleArgs
     geometry: StepGeometry
     requests: int
+    waves: int  # the waves the replay stands for (see :func:`shares`)
 
 
 @dataclass
@@ -242,6 +244,7 @@ class PdSetup:
     decode_geometry: StepGeometry
     kv: KvTransferArgs
     requests: int
+    waves: int
 
 
 def setup(row: Row, *, max_tokens: int, waves: int = WAVES) -> Setup | PdSetup:
@@ -253,7 +256,7 @@ def setup(row: Row, *, max_tokens: int, waves: int = WAVES) -> Setup | PdSetup:
         par = {"workers": 1, "tp": row.tp, "dp": row.dp, "moe_tp": row.moe_tp,
                "moe_ep": row.moe_ep}
         role, geometry, _ = _worker(row, "aggregated", par, row.concurrency)
-        return Setup(row=row, role=role, geometry=geometry, requests=n)
+        return Setup(row=row, role=role, geometry=geometry, requests=n, waves=waves)
     if not row.pools:
         raise Unsupported(f"mode {row.mode!r} is not replayed")
     if not all(par["workers"] for par in row.pools.values()):
@@ -270,7 +273,7 @@ def setup(row: Row, *, max_tokens: int, waves: int = WAVES) -> Setup | PdSetup:
     link = load_gpu(row.system).inter_node_bw * gpus / 1e9
     kv = KvTransferArgs(bytes_per_token=kv_bpt, bandwidth_gb_per_second=link)
     return PdSetup(row=row, prefill=prefill, decode=decode, prefill_geometry=pgeo,
-                   decode_geometry=dgeo, kv=kv, requests=n)
+                   decode_geometry=dgeo, kv=kv, requests=n, waves=waves)
 
 
 def _requests(row: Row, max_tokens: int, waves: int) -> int:
@@ -422,16 +425,37 @@ class Result:
     completed: int
 
 
-def summarize(records: list[RequestRecord]) -> Result:
-    """Mean TTFT and mean TPOT over every completed request, TPOT being ``(last token -
-    first token) / (output tokens - 1)``."""
+def shares(done: Sequence[RequestRecord], concurrency: int, waves: int) -> list[float]:
+    """Each request's share of a mean over ``done``: the first wave (the first
+    ``concurrency`` requests sent), whose prompts all queue at once, holds ``1 / waves`` of
+    it and the later requests the rest, as over a closed loop of ``waves`` waves.
+
+    Over such a replay every share is the same. A replay the output-token budget cut to
+    fewer waves (long OSL at high concurrency) would otherwise let its first wave weigh
+    up to half of the mean TTFT instead of a sixth.
+    """
+    first = sum(1 for r in done if r.request_id < concurrency)
+    later = len(done) - first
+    if not first or not later:
+        return [1.0 / len(done)] * len(done)
+    a = 1.0 / (waves * first)
+    b = (1.0 - 1.0 / waves) / later
+    return [a if r.request_id < concurrency else b for r in done]
+
+
+def summarize(records: list[RequestRecord], concurrency: int, waves: int) -> Result:
+    """Mean TTFT and mean TPOT over the completed requests, weighted by :func:`shares`,
+    TPOT being ``(last token - first token) / (output tokens - 1)``."""
     done = [r for r in records if r.status == "completed" and r.output_length > 0]
     if not done:
         raise Unsupported("no request completed in the replay")
-    ttft = sum(r.token_times[0] - r.arrival_ms for r in done) / len(done)
-    tp = [(r.token_times[-1] - r.token_times[0]) / (r.output_length - 1)
-          for r in done if r.output_length > 1]
-    return Result(ttft, sum(tp) / len(tp) if tp else 0.0, len(done))
+    ttft = math.fsum(w * (r.token_times[0] - r.arrival_ms)
+                     for w, r in zip(shares(done, concurrency, waves), done, strict=True))
+    multi = [r for r in done if r.output_length > 1]
+    tpot = math.fsum(w * (r.token_times[-1] - r.token_times[0]) / (r.output_length - 1)
+                     for w, r in zip(shares(multi, concurrency, waves), multi, strict=True)
+                     ) if multi else 0.0
+    return Result(ttft, tpot, len(done))
 
 
 def replay(s: Setup | PdSetup, constants: AnalyticalConstants) -> Result:
@@ -442,10 +466,10 @@ def replay(s: Setup | PdSetup, constants: AnalyticalConstants) -> Result:
         DisaggReplay(s.prefill, s.decode, s.kv, workload(s), records.append,
                      prefill_timer=AnalyticalTimer(s.prefill_geometry, constants),
                      decode_timer=AnalyticalTimer(s.decode_geometry, constants)).run()
-        return summarize(records)
+        return summarize(records, s.row.concurrency, s.waves)
     timer = AnalyticalTimer(s.geometry, constants)
     AggregatedReplay(s.role, timer, workload(s), records.append, None).run()
-    return summarize(records)
+    return summarize(records, s.row.concurrency, s.waves)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -609,19 +633,16 @@ def record(s: Setup | PdSetup) -> Recording:
     done = [r for r in records if r.status == "completed" and r.output_length > 0]
     if not done:
         raise Unsupported("no request completed in the replay")
-    inv = 1.0 / len(done)
-    multi = [r for r in done if r.output_length > 1]
-    inv_p = 1.0 / len(multi) if multi else 0.0
-    for r in done:
+    for r, share in zip(done, shares(done, s.row.concurrency, s.waves), strict=True):
         f = index[r.token_times[0]]
         a = bisect.bisect_right(starts, r.arrival_ms) - 1  # the pass running at arrival
-        dt[a] += inv  # passes a..f count towards this request's TTFT
-        dt[f + 1] -= inv
-        if r.output_length > 1:
-            last = index[r.token_times[-1]]
-            w = inv_p / (r.output_length - 1)
-            dp[f + 1] += w
-            dp[last + 1] -= w
+        dt[a] += share  # passes a..f count towards this request's TTFT
+        dt[f + 1] -= share
+    multi = [r for r in done if r.output_length > 1]
+    for r, share in zip(multi, shares(multi, s.row.concurrency, s.waves), strict=True):
+        w = share / (r.output_length - 1)  # passes f+1..last count towards its TPOT
+        dp[index[r.token_times[0]] + 1] += w
+        dp[index[r.token_times[-1]] + 1] -= w
     rec = Recording(isl=s.row.isl, completed=len(done))
     wt = wp = 0.0
     for k, ranks in enumerate(passes):
