@@ -315,7 +315,7 @@ def main() -> int:
     data = best.to_json()
     data["provenance"] = {
         "fitted_by": "bench/fit_timing.py",
-        "command": "python bench/fit_timing.py " + " ".join(sys.argv[1:]),
+        "command": " ".join(["python bench/fit_timing.py", *sys.argv[1:]]),
         "rows": f"{len(items)} aggregated rows of bench/data/silicon_dev.csv (a subsample "
                 "spread over the (GPU, backend, model) partitions; calib.holdout fold "
                 "excluded)",
