@@ -87,7 +87,7 @@ def assert_drained(replay: DisaggReplay) -> None:
             if isinstance(rank, PrefillRank):
                 assert not rank.held
             if isinstance(rank, DecodeRank):
-                assert not rank.reserved and not rank.materialized
+                assert not rank.reserved and not rank.materialized and not rank.handoffs
 
 
 # -- spec case 35: prefill worker holds its source ---------------------------------------

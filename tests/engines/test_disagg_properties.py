@@ -92,7 +92,7 @@ def test_every_request_ends_once_and_every_lease_is_released(case: Case) -> None
             if isinstance(rank, PrefillRank):
                 assert not rank.held
             if isinstance(rank, DecodeRank):
-                assert not rank.reserved and not rank.materialized
+                assert not rank.reserved and not rank.materialized and not rank.handoffs
 
 
 @settings(max_examples=100, deadline=None)
