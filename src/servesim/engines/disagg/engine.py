@@ -167,8 +167,6 @@ class DisaggReplay(ReplayLoop[PoolWorker]):
             for w in range(decode.replicas)
         ]
         self.flights: dict[int, Flight] = {}
-        # Handoffs waiting for a destination reservation, per decode rank, in order.
-        self.handoffs: dict[DecodeRank, list[Flight]] = {}
         self.retry: dict[DecodeRank, None] = {}  # decode ranks whose capacity changed
         self.dirty: dict[PoolWorker, None] = {}
         self.next_prefill = 0
@@ -259,7 +257,8 @@ class DisaggReplay(ReplayLoop[PoolWorker]):
     def _start_pass(self, worker: PoolWorker) -> None:
         """Start ``worker``'s next pass, or a segment of steady decode passes."""
         if self.bulk_decode and worker.pool == "decode" and not any(
-                rank in self.handoffs for rank in worker.ranks) and self._begin_segment(worker):
+                isinstance(rank, DecodeRank) and rank.handoffs for rank in worker.ranks
+        ) and self._begin_segment(worker):
             # (a rank with queued handoffs retries them at every pass end)
             return
         now = self.now
@@ -344,7 +343,7 @@ class DisaggReplay(ReplayLoop[PoolWorker]):
                 self._terminal(self.flights[seq.spec.request_id], "completed", end)
         for rank in worker.ranks:
             assert isinstance(rank, DecodeRank)
-            if rank in self.handoffs:
+            if rank.handoffs:
                 self.retry[rank] = None  # capacity may have changed
 
     # -- handoff --------------------------------------------------------------------------
@@ -361,15 +360,12 @@ class DisaggReplay(ReplayLoop[PoolWorker]):
         flight.decode_rank = rank
         flight.record.decode_worker = worker.index
         flight.record.pass_ends = worker.pass_ends
-        self.handoffs.setdefault(rank, []).append(flight)
-        rank.handoffs += 1
+        rank.handoffs.append(flight)
         self.retry[rank] = None
 
     def _reserve_pending(self, rank: DecodeRank) -> None:
         """Reserve queued destinations in order; the first that does not fit waits."""
-        queue = self.handoffs.get(rank)
-        if not queue:
-            return
+        queue: list[Flight] = rank.handoffs
         done = 0
         for flight in queue:
             try:
@@ -387,9 +383,6 @@ class DisaggReplay(ReplayLoop[PoolWorker]):
             else:
                 self._start_transfer(flight)
         del queue[:done]
-        rank.handoffs -= done
-        if not queue:
-            del self.handoffs[rank]
 
     def _start_transfer(self, flight: Flight) -> None:
         """The prefill is done and the destination reserved: move the missing KV."""

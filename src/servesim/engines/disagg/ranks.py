@@ -21,6 +21,7 @@ from __future__ import annotations
 import itertools
 from collections import deque
 from collections.abc import Iterable
+from typing import Any
 
 import attrs
 
@@ -93,7 +94,8 @@ class DecodeRank(RankScheduler):
     def __init__(self, role: RoleArgs, timer: StepTimer, rank_offset: int = 0) -> None:
         super().__init__(role, timer, rank_offset)
         self.reserved: dict[SeqState, None] = {}  # blocks reserved, KV in transfer
-        self.handoffs = 0  # requests handed to this rank, queued to reserve
+        # the engine's requests handed to this rank, queued in order to reserve a destination
+        self.handoffs: list[Any] = []
         self.materialized: deque[SeqState] = deque()  # KV arrived, waiting for admission
 
     @property
@@ -106,7 +108,7 @@ class DecodeRank(RankScheduler):
 
     @property
     def load(self) -> int:
-        return self.num_requests + len(self.reserved) + self.handoffs
+        return self.num_requests + len(self.reserved) + len(self.handoffs)
 
     @property
     def num_destinations(self) -> int:

@@ -115,8 +115,9 @@ def _in_passes(replay: Any) -> set[int]:
 
 
 def _in_handoff(replay: Any) -> set[int]:
-    handoffs = getattr(replay, "handoffs", None) or {}
-    return {f.spec.request_id for queue in handoffs.values() for f in queue}
+    """Requests handed to a P/D decode rank, queued there to reserve a destination."""
+    return {f.spec.request_id for worker in replay.workers for rank in worker.ranks
+            for f in getattr(rank, "handoffs", ())}
 
 
 def _queues(rank: Any) -> list[tuple[str, Iterable[Any], int | None]]:
