@@ -32,7 +32,6 @@ from typing import IO, Any, cast
 from servesim.engines.kernel.tokens import Prompt, Segment, segment
 from servesim.errors import Diagnostic, WorkloadError
 
-_INT_ONLY = frozenset({int})
 ROW_EXAMPLE = '{"timestamp": 0, "input_length": 700, "output_length": 10, "hash_ids": [7, 8]}'
 
 
@@ -124,6 +123,14 @@ def _loads(text: str) -> Any:
     if end != len(text):
         return json.loads(text)  # raises, worded by json
     return obj
+
+
+def _plain_ids(hash_ids: list[Any]) -> bool:
+    """Whether ``hash_ids`` is a non-empty list of plain ints >= 0 (no bools)."""
+    for h in hash_ids:
+        if type(h) is not int or h < 0:
+            return False
+    return bool(hash_ids)
 
 
 def _short(value: Any) -> str:
@@ -304,7 +311,8 @@ class MooncakeReader:
         return value
 
     def _millis(self, name: str, value: Any) -> float:
-        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        # (a tuple, not ``int | float``: the union would be built anew on every call)
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         if ok and not (math.isfinite(value) and value >= 0):
             ok = False
         if not ok:
@@ -327,8 +335,7 @@ class MooncakeReader:
                               f"'hash_ids' must be a list of non-negative integers, "
                               f"got {_short(hash_ids)}",
                               "write hash_ids as a JSON array of integers")
-        # fast path: a non-empty list of plain non-negative ints (C-level checks only)
-        if not hash_ids or set(map(type, hash_ids)) != _INT_ONLY or min(hash_ids) < 0:
+        if not _plain_ids(hash_ids):
             self._check_hash_ids(hash_ids)
         # output
         out_field = self._alias(obj, ("output_length", "output_tokens"))
