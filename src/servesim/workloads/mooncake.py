@@ -170,8 +170,9 @@ class MooncakeReader:
         self._line = 0
         self._rows = 0  # valid data rows returned
         self._data_lines = 0  # non-blank lines seen
-        self._intern: dict[int, int] = {}
-        self._full_segments: list[Segment | None] = []  # dense id -> Segment(dense, bs)
+        # hash id -> Segment(dense id, block size), the dense ids numbered in order of first
+        # appearance; identical full blocks share one (frozen) segment
+        self._segments: dict[Any, Segment] = {}
         self._sessions: dict[str, _SessionState] = {}
         self._starts: deque[TraceRow] = deque()
         self._pending: dict[str, deque[TraceRow]] = {}
@@ -459,26 +460,20 @@ class MooncakeReader:
                               "sort the session's rows by time, or set 'delay' (ms)")
         return inferred
 
-    def _prompt(self, hash_ids: list[int], input_length: int) -> Prompt:
+    def _prompt(self, hash_ids: list[Any], input_length: int) -> Prompt:
         bs = self._block_size
-        intern = self._intern
-        full = self._full_segments  # identical full-block segments are shared (frozen)
+        known = self._segments
         segments: list[Segment] = []
         left = input_length
-        for h in hash_ids:
-            dense = intern.get(h)
-            if dense is None:
-                dense = intern[h] = len(intern)
-                full.append(None)
-            if left > 0:
-                if left >= bs:
-                    seg = full[dense]
-                    if seg is None:
-                        seg = full[dense] = segment(dense, bs)
-                else:
-                    seg = segment(dense, left)
+        for h in hash_ids:  # (Any: the parsed ints are looked up as they are, not re-boxed)
+            seg = known.get(h)
+            if seg is None:
+                seg = known[h] = segment(len(known), bs)
+            if left >= bs:
                 segments.append(seg)
-                left -= bs
+            elif left > 0:
+                segments.append(segment(seg.key, left))
+            left -= bs
         return tuple(segments)  # RequestSpec merges a hash id repeated back to back
 
 
