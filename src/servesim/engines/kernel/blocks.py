@@ -22,12 +22,12 @@ Representation: the work is per run of blocks, not per block. The fresh blocks a
 allocation appends to a lease form an *extent* (a later allocation extends it while the
 lease ends with the extent's last block and is its only holder). An extent keeps its
 blocks' reference counts and identities in lists indexed by offset, and a lease holds its
-extents' blocks in runs, so publishing, releasing and evicting a run are list-slice
-operations. The LRU is a queue of *release runs* (the consecutive blocks of one extent
+extents' blocks in runs, so releasing and evicting a run are list-slice operations. The
+LRU is a queue of *release runs* (the consecutive blocks of one extent
 that one release made inactive, evicted from the top down, in release order); referencing
 or forgetting one of their blocks invalidates it lazily (it leaves its run's stamp and
 the run counts it stale). The prefix index (identity -> block) is the one per-block
-structure: a lookup is per identity.
+structure: a lookup, and publishing, is per identity.
 
 A block id is ``extent key * num_blocks + offset`` and is never reused: a free block has
 no id (the free blocks are a count), an evicted or freed block's id is retired with it.
@@ -39,8 +39,13 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 Lease = list[int]
+# Block ids and identities are ints held boxed in lists and dict keys. The compiled build
+# unboxes an element it reads as ``int`` and boxes it anew (a new object, for ints past
+# 256) to store it or look it up; read as ``Any`` the same object passes on.
+_Boxed = Any
 
 
 class _Extent:
@@ -178,9 +183,10 @@ class BlockPool:
     def lookup(self, hashes: list[int], max_blocks: int) -> list[int]:
         """Blocks answering the longest cached prefix of ``hashes[:max_blocks]``."""
         index = self._index
-        out: list[int] = []
-        for i in range(min(max_blocks, len(hashes))):
-            block = index.get(hashes[i])
+        names: list[_Boxed] = hashes
+        out: list[_Boxed] = []
+        for i in range(min(max_blocks, len(names))):
+            block = index.get(names[i])
             if block is None:
                 break
             out.append(block)
@@ -196,15 +202,17 @@ class BlockPool:
         a lease holding a block twice) falls back to one-block runs.
         """
         extents, nb = self._extents, self.num_blocks
+        # (a list, indexed and sliced without the generic sequence protocol)
+        held: list[int] = lease if isinstance(lease, list) else list(lease)
         runs = []
         while end > start:
-            block = lease[end - 1]
+            block = held[end - 1]
             ext = extents[block // nb]
             hi = block - ext.base + 1
             lo = hi - end + start
             if lo < 0:
                 lo = 0
-            if hi - lo > 1 and lease[end - hi + lo:end] != ext.blocks[lo:hi]:
+            if hi - lo > 1 and held[end - hi + lo:end] != ext.blocks[lo:hi]:
                 lo = hi - 1
             end -= hi - lo
             runs.append((ext, lo, hi, end))
@@ -218,30 +226,19 @@ class BlockPool:
         block keeps answering lookups and this copy stays anonymous: it returns to the
         free blocks on release instead of occupying the LRU with a duplicate.
         """
-        if end - start == 1:  # one block (a decode step completed it): the common call
-            block = lease[start]
-            ext = self._extents[block // self.num_blocks]
-            self._name(ext, block - ext.base, hashes[start])
-            return
-        setdefault = self._index.setdefault
+        index: dict[_Boxed, _Boxed] = self._index
+        names: list[_Boxed] = hashes
         runs = self._runs(lease, start, end)
         runs.reverse()  # first to last: of two blocks publishing one identity, the first wins
         for ext, lo, hi, first in runs:
-            names = hashes[first:first + hi - lo]
-            blocks = ext.blocks[lo:hi]
-            if list(map(setdefault, names, blocks)) == blocks:
-                ext.ident[lo:hi] = names  # :meth:`_name` for each block, all identities new
-                continue
-            # Some identity had an answer: decide block by block (the identities the
-            # bulk setdefault added already answer with these blocks).
-            for offset, h in zip(range(lo, hi), names, strict=True):
-                self._name(ext, offset, h)
-
-    def _name(self, ext: _Extent, offset: int, identity: int) -> None:
-        """Publish one block: it carries ``identity`` unless another block answers it."""
-        block = ext.blocks[offset]
-        if self._index.setdefault(identity, block) == block:  # new, or its own already
-            ext.ident[offset] = identity
+            blocks: list[_Boxed] = ext.blocks
+            ident = ext.ident
+            for offset in range(lo, hi):
+                block = blocks[offset]
+                name = names[first]
+                first += 1
+                if index.setdefault(name, block) == block:  # new, or its own already
+                    ident[offset] = name
 
     # -- allocation -------------------------------------------------------------------
 

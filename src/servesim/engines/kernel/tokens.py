@@ -120,7 +120,7 @@ def extend_run(out: list[int], previous: int, content: int, count: int,
     block lies whole in the same segment (the run goes on), else the first new block
     starts a run and ``content`` is its content hash. :func:`block_hashes`' own rule."""
     h = previous if continues else (hash((previous, content)) & _ID_MASK) - 1
-    for _ in range(count):  # runs are short (a trace hash id): no range object to build
+    for _i in range(count):  # runs are short (a trace hash id): no range object to build
         h += 1
         out.append(h)
     return h
