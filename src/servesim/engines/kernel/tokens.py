@@ -147,6 +147,8 @@ def block_hashes(
     first = start // block_size
     if first >= n_blocks:
         return []
+    # (a tuple: the compiled build indexes it directly, a Sequence through the protocol)
+    segments: Prompt = prompt if isinstance(prompt, tuple) else tuple(prompt)
     out: list[int] = []
     h = previous
     pos = 0  # token position of the current segment's start
@@ -154,13 +156,13 @@ def block_hashes(
     block = first
     block_start = block * block_size
     # advance to the segment holding block_start
-    while seg_i < len(prompt) and pos + prompt[seg_i].length <= block_start:
-        pos += prompt[seg_i].length
+    while seg_i < len(segments) and pos + segments[seg_i].length <= block_start:
+        pos += segments[seg_i].length
         seg_i += 1
     while block < n_blocks:
         lo = block * block_size
         hi = lo + block_size
-        seg = prompt[seg_i]
+        seg = segments[seg_i]
         seg_end = pos + seg.length
         if pos <= lo and seg_end >= hi:
             # A run of whole blocks inside one segment; it continues the run of the block
@@ -180,7 +182,7 @@ def block_hashes(
         parts: list[tuple[int, int, int]] = []
         i, p = seg_i, pos
         while p < hi:
-            seg = prompt[i]
+            seg = segments[i]
             a = max(lo, p)
             b = min(hi, p + seg.length)
             if seg.repeat:
