@@ -23,11 +23,11 @@ allocation appends to a lease form an *extent* (a later allocation extends it wh
 lease ends with the extent's last block and is its only holder). An extent keeps its
 blocks' reference counts and identities in lists indexed by offset, and a lease holds its
 extents' blocks in runs, so releasing and evicting a run are list-slice operations. The
-LRU is a queue of *release runs* (the consecutive blocks of one extent
-that one release made inactive, evicted from the top down, in release order); referencing
-or forgetting one of their blocks invalidates it lazily (it leaves its run's stamp and
-the run counts it stale). The prefix index (identity -> block) is the one per-block
-structure: a lookup, and publishing, is per identity.
+LRU is a queue of *release runs* (the consecutive blocks of one extent that one release
+made inactive, evicted from the top down, in release order); referencing or forgetting
+one of their blocks invalidates it lazily (it leaves its run's stamp and the run counts
+it stale). The prefix index (identity -> block) is the one per-block structure: a lookup
+and a publication are per identity.
 
 A block id is ``extent key * num_blocks + offset`` and is never reused: a free block has
 no id (the free blocks are a count), an evicted or freed block's id is retired with it.
