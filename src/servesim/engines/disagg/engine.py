@@ -336,7 +336,9 @@ class DisaggReplay(ReplayLoop[PoolWorker]):
                     else:
                         self._hand_off(flight)
             return
-        stamp = array("d", (end,))  # extended by: skips append's per-call argument parsing
+        # Each token list is extended by this one-entry array: append would parse the float
+        # argument anew for every token.
+        stamp = array("d", (end,))
         for res in pending:
             for seq in res.emitted:  # a speculative burst: one entry per token
                 self.flights[seq.spec.request_id].record.token_times.extend(stamp)

@@ -120,7 +120,9 @@ def extend_run(out: list[int], previous: int, content: int, count: int,
     block lies whole in the same segment (the run goes on), else the first new block
     starts a run and ``content`` is its content hash. :func:`block_hashes`' own rule."""
     h = previous if continues else (hash((previous, content)) & _ID_MASK) - 1
-    for _i in range(count):  # runs are short (a trace hash id): no range object to build
+    # Runs are short (a trace hash id): no range object to build. (``_i``, not ``_``: the
+    # compiled build keeps ``_`` as an object and would box every count.)
+    for _i in range(count):
         h += 1
         out.append(h)
     return h

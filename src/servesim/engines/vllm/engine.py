@@ -181,7 +181,9 @@ class AggregatedReplay(ReplayLoop[Worker]):
     def _end_pass(self, worker: Worker) -> None:
         end = self.now
         pending = self._close(worker)
-        stamp = array("d", (end,))  # extended by: skips append's per-call argument parsing
+        # Each token list is extended by this one-entry array: append would parse the float
+        # argument anew for every token.
+        stamp = array("d", (end,))
         for res in pending:
             for seq in res.emitted:  # a speculative burst: one entry per token
                 seq.record.token_times.extend(stamp)
