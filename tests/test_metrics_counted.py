@@ -59,18 +59,21 @@ def _itl_report(records: list[RequestRecord]) -> dict[str, float]:
 
 
 @given(st.lists(st.sampled_from([0.0, 0.5, 1.0, 2.75, 0.1]), min_size=1, max_size=60),
-       st.lists(st.tuples(st.integers(0, 59), st.integers(0, 12), st.booleans()), max_size=25),
+       st.lists(st.tuples(st.integers(0, 59), st.integers(0, 12),
+                          st.lists(st.integers(0, 11), max_size=12)), max_size=25),
        st.integers(0, 10))
 def test_gaps_counted_per_pass_equal_gaps_counted_per_token(
-        steps: list[float], picks: list[tuple[int, int, bool]], grow: int) -> None:
+        steps: list[float], picks: list[tuple[int, int, list[int]]], grow: int) -> None:
     # A worker's pass ends (zero-length passes give repeated ends); each request's tokens
-    # are a run of consecutive passes, or not (a pass skipped), or a burst (a repeated end).
+    # are a run of consecutive passes, or runs of them: each edit skips a pass (a
+    # preemption, a prefill chunk without a token) or repeats an end (a burst).
     ends = array("d", itertools.accumulate(steps))
     records = []
-    for i, (start, length, consecutive) in enumerate(picks):
+    for i, (start, length, edits) in enumerate(picks):
         times = ends[start:start + length]
-        if not consecutive and len(times) > 2:
-            times = times[:1] + times[2:] if i % 2 else times[:2] + times[1:]
+        for j in edits:
+            if j < len(times) - 1:
+                times = times[:j] + times[j + 1:] if j % 2 else times[:j + 1] + times[j:]
         records.append(RequestRecord(request_id=i, arrival_ms=0.0, input_length=1,
                                      requested_output_length=len(times), status="completed",
                                      token_times=times, pass_ends=ends))

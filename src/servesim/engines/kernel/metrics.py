@@ -6,9 +6,10 @@ request is O(1): per-request latencies are ``array('d')`` samples (8 bytes each)
 one sample per token gap, is kept as exact ``value -> count`` multiplicities (gaps repeat:
 a pass's duration is the gap of every request in it), so its memory grows with the
 distinct gaps, not with the tokens. When a record's tokens are consecutive entries of its
-worker's pass ends (``RequestRecord.pass_ends``, the usual case), its gaps are counted per
-pass of that worker in O(1) (a difference array over the passes), not token by token;
-that costs 8 bytes per pass of each worker, here and in the worker's pass ends.
+worker's pass ends (``RequestRecord.pass_ends``, the usual case), or a few runs of them (a
+preempted request), its gaps are counted per pass of that worker in O(runs) (a difference
+array over the passes), not token by token; that costs 8 bytes per pass of each worker,
+here and in the worker's pass ends.
 
 Distributions are reported as ``mean_/min_/max_/median_/p75_/p90_/p95_/p99_/std_<name>``
 (``_ms`` suffix for latencies). Percentile ``p`` is the sorted sample at rank
@@ -38,6 +39,9 @@ PERCENTILES: tuple[tuple[str, float], ...] = (
 )
 LATENCIES: tuple[str, ...] = ("ttft", "ttst", "tpot", "itl", "e2e_latency")
 PER_USER = "output_token_throughput_per_user"
+# Runs of consecutive passes a record's tokens may split into for its gaps to be counted
+# per pass (a preempted request's few); more, and they are counted per token.
+_MAX_RUNS = 8
 
 
 def percentile(sorted_samples: Iterable[float] | array, p: float) -> float:
@@ -222,6 +226,14 @@ def write_request_records(records: Iterable[RequestRecord], stream: IO[str]) -> 
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
+def _same(passes: memoryview, first: int, tokens: memoryview, i: int, k: int) -> bool:
+    """Tokens ``i .. i + k - 1`` are the ends of passes ``first .. first + k - 1``.
+
+    Compared as bytes (a memcmp, no float objects): equal bytes are equal times, and times
+    equal but for the sign of a zero are counted token by token."""
+    return passes[first:first + k].tobytes() == tokens[i:i + k].tobytes()
+
+
 class MetricsCollector:
     """Accumulates finished requests and produces the flat report dict.
 
@@ -278,7 +290,7 @@ class MetricsCollector:
         if n >= 2:
             samples["ttst"].append(times[1] - times[0])
             samples["tpot"].append((times[-1] - times[0]) / (n - 1))
-            if not self._count_run(record.pass_ends, times, n):
+            if not self._count_runs(record.pass_ends, times, n):
                 itl = self._itl
                 for gap in map(operator.sub, itertools.islice(times, 1, None), times):
                     itl[gap] = itl.get(gap, 0) + 1
@@ -287,29 +299,59 @@ class MetricsCollector:
             self.goodput_completed += 1
             self.goodput_output_tokens += n
 
-    def _count_run(self, ends: array | None, times: array, n: int) -> bool:
-        """Count the ``n - 1`` gaps of ``times`` as passes of ``ends`` if the tokens are
-        ``n`` consecutive pass ends; False (nothing counted) otherwise."""
+    def _count_runs(self, ends: array | None, times: array, n: int) -> bool:
+        """Count the ``n - 1`` gaps of a record's token ``times`` when each token is a pass
+        end of ``ends``: the gaps inside a run of tokens at consecutive passes per pass, the
+        gap between two runs by itself. False, with nothing counted, when a token is no
+        pass end or the tokens split into more than :data:`_MAX_RUNS` runs (speculative
+        bursts, whose tokens are as cheap to count one by one)."""
         if ends is None:
             return False
-        first = bisect.bisect_left(ends, times[0])
-        # Compared as bytes (a memcmp, no float objects): equal bytes are equal times, and
-        # times equal but for the sign of a zero only take the per-token way below. The
-        # view is released at once, so the worker can still append pass ends.
-        with memoryview(ends) as view:
-            consecutive = view[first:first + n].tobytes() == times.tobytes()
-        if not consecutive:
-            return False  # a preemption, a prefill chunk without a token, a burst...
+        runs: list[tuple[int, int]] = []  # (first pass, tokens) of each run, in order
+        # The views are released at once, so the worker can still append pass ends.
+        with memoryview(ends) as passes, memoryview(times) as tokens:
+            i = 0
+            while i < n:
+                if len(runs) == _MAX_RUNS:
+                    return False
+                first = bisect.bisect_left(ends, times[i])
+                k = min(n - i, len(ends) - first)
+                if not _same(passes, first, tokens, i, k):
+                    # the longest run, by bisection (a run's prefixes are runs too)
+                    lo, hi = 0, k  # tokens i .. i + lo - 1 are a run, to i + hi - 1 not
+                    while hi - lo > 1:
+                        mid = (lo + hi) // 2
+                        if _same(passes, first, tokens, i, mid):
+                            lo = mid
+                        else:
+                            hi = mid
+                    k = lo
+                if not k:
+                    return False  # not a pass end: a token stamped some other way
+                runs.append((first, k))
+                i += k
+        cover = self._cover(ends, max(first + k for first, k in runs) + 1)
+        i = 0
+        for first, k in runs:
+            if i:  # the gap from the last token of the run before
+                gap = times[i] - times[i - 1]
+                self._itl[gap] = self._itl.get(gap, 0) + 1
+            cover[first + 1] += 1  # the gaps ending at passes first + 1 .. first + k - 1
+            cover[first + k] -= 1
+            i += k
+        return True
+
+    def _cover(self, ends: array, size: int) -> array:
+        """The difference array of how many gaps each pass of ``ends`` ends, at least
+        ``size`` long."""
         run = self._runs.get(id(ends))
         if run is None:
             run = self._runs[id(ends)] = (ends, array("q"))
         cover = run[1]
-        short = first + n + 1 - len(cover)
+        short = size - len(cover)
         if short > 0:
             cover.frombytes(bytes(8 * short))
-        cover[first + 1] += 1  # the gaps ending at passes first + 1 .. first + n - 1
-        cover[first + n] -= 1
-        return True
+        return cover
 
     def _fold_runs(self) -> None:
         """Add the gaps counted per pass to the ``value -> count`` ITL multiset."""
