@@ -225,7 +225,6 @@ def write_request_records(records: Iterable[RequestRecord], stream: IO[str]) -> 
     return writer.count
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)
 def _same(passes: memoryview, first: int, tokens: memoryview, i: int, k: int) -> bool:
     """Tokens ``i .. i + k - 1`` are the ends of passes ``first .. first + k - 1``.
 
@@ -234,6 +233,7 @@ def _same(passes: memoryview, first: int, tokens: memoryview, i: int, k: int) ->
     return passes[first:first + k].tobytes() == tokens[i:i + k].tobytes()
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class MetricsCollector:
     """Accumulates finished requests and produces the flat report dict.
 
