@@ -121,6 +121,8 @@ class Row:
     version: str = ""
     # why ``concurrency`` is 0 (unknown), if it is
     load_problem: str = ""
+    # why the measurement is not a steady state (:func:`inconsistent`), if it is not
+    inconsistency: str = ""
     # P/D rows: per pool ("prefill", "decode") its workers and each worker's tp, dp,
     # moe_tp and moe_ep; empty for aggregated rows
     pools: dict[str, dict[str, int]] = field(default_factory=dict)
@@ -217,7 +219,32 @@ def load_rows(path: Path = DATA) -> list[Row]:
                 ttft_ms=float(raw["silicon_ttft_ms"]), tpot_ms=float(raw["silicon_tpot_ms"]),
                 pools=_pools(raw) if raw["mode"] == "disagg" else {},
             ))
+    for row in inconsistent(rows):
+        row.inconsistency = ("TPOT under half of the same deployment's TPOT at a lower "
+                             "concurrency (not a steady-state measurement)")
     return rows
+
+
+def inconsistent(rows: Sequence[Row], ratio: float = 0.5) -> list[Row]:
+    """Aggregated rows whose TPOT is under ``ratio`` x the TPOT that the same deployment
+    (model, GPU, backend, precision, parallelism, ISL and OSL; any source) measured at a
+    lower concurrency.
+
+    A decode step over more sequences cannot take half the time of one over fewer, so
+    such a row did not measure the steady state its concurrency names. Five H100 vLLM
+    gpt-oss-120b rows at concurrency 512 are the case: 4.4-5.6 ms TPOT next to 20-24 s
+    TTFT, where the same deployments measure 9.7-16.7 ms at concurrency 64. Repeated
+    measurements of one configuration differ by far less than a factor of two.
+    """
+    groups: dict[tuple[object, ...], list[Row]] = {}
+    for r in rows:
+        if r.mode == "agg" and r.concurrency > 0:
+            key = (r.model, r.system, r.backend, r.gemm_quant, r.moe_quant, r.isl, r.osl,
+                   r.tp, r.dp, r.moe_tp, r.moe_ep)
+            groups.setdefault(key, []).append(r)
+    return [r for group in groups.values() for r in group
+            if any(o.concurrency < r.concurrency and r.tpot_ms < ratio * o.tpot_ms
+                   for o in group)]
 
 
 class Unsupported(Exception):
@@ -251,6 +278,8 @@ def setup(row: Row, *, max_tokens: int, waves: int = WAVES) -> Setup | PdSetup:
     """Roles, geometries and request count for one row (or :class:`Unsupported`)."""
     if row.concurrency < 1:
         raise Unsupported(row.load_problem or "no concurrency recorded")
+    if row.inconsistency:
+        raise Unsupported(row.inconsistency)
     n = _requests(row, max_tokens, waves)
     if row.mode == "agg":
         par = {"workers": 1, "tp": row.tp, "dp": row.dp, "moe_tp": row.moe_tp,

@@ -1,0 +1,54 @@
+"""The calibration bench's row checks (bench/calib.py)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+import calib
+
+
+def _row(concurrency: int, tpot_ms: float, **changes: object) -> calib.Row:
+    fields: dict[str, object] = dict(
+        id=f"c{concurrency}", backend="vllm", system="h100_sxm", model="m", mode="agg",
+        isl=1024, osl=1024, concurrency=concurrency, tp=4, dp=1, moe_tp=1, moe_ep=1,
+        gemm_quant="fp8", moe_quant="", ttft_ms=100.0, tpot_ms=tpot_ms)
+    fields.update(changes)
+    return calib.Row(**fields)  # type: ignore[arg-type]
+
+
+def test_a_tpot_under_half_of_a_lower_concurrency_is_inconsistent() -> None:
+    rows = [_row(4, 4.0), _row(64, 10.0), _row(512, 4.7)]
+    assert [r.id for r in calib.inconsistent(rows)] == ["c512"]
+
+
+def test_noise_and_faster_rows_at_lower_concurrency_are_kept() -> None:
+    # c64 faster than c32 by less than half, and c4 faster than everything above it
+    rows = [_row(4, 4.0), _row(32, 15.0), _row(64, 9.7)]
+    assert calib.inconsistent(rows) == []
+
+
+@pytest.mark.parametrize("change", [
+    {"tp": 8}, {"isl": 8192}, {"osl": 8192}, {"gemm_quant": "bf16"}, {"system": "b200_sxm"},
+    {"backend": "sglang"}, {"mode": "disagg"},
+])
+def test_only_the_same_deployment_is_compared(change: dict[str, object]) -> None:
+    rows = [_row(64, 10.0, **change), _row(512, 4.7)]
+    assert calib.inconsistent(rows) == []
+
+
+def test_an_inconsistent_row_is_reported_not_replayed() -> None:
+    row = _row(512, 4.7, inconsistency="not a steady state")
+    with pytest.raises(calib.Unsupported, match="not a steady state"):
+        calib.setup(row, max_tokens=calib.MAX_TOKENS)
+
+
+def test_the_shipped_rows_flag_only_the_h100_gpt_oss_concurrency_512_rows() -> None:
+    flagged = [r for r in calib.load_rows() if r.inconsistency]
+    assert flagged
+    assert {(r.system, r.backend, r.model, r.concurrency) for r in flagged} == {
+        ("h100_sxm", "vllm", "openai/gpt-oss-120b", 512)}
