@@ -3,6 +3,8 @@
     .venv/bin/python bench/accuracy.py                 # deterministic subsample, a few minutes
     .venv/bin/python bench/accuracy.py --limit 0       # every row (10 min on 2 cores, compiled)
     .venv/bin/python bench/accuracy.py --rows          # also print every row's errors
+    .venv/bin/python bench/accuracy.py --data bench/data/unfitted_gpus.csv --rows
+                                                       # H200 rows, a GPU not fitted on
 
 Each row of bench/data/silicon_dev.csv is replayed the way it was measured
 (``calib.replay``): ``concurrency`` clients start together and re-send as soon as a
@@ -77,10 +79,14 @@ def main() -> int:
     ap.add_argument("--rows", action="store_true", help="print every row")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                     help="rows replayed at once, one process each (default: every core)")
+    ap.add_argument("--data", type=Path, default=calib.DATA,
+                    help="measurements in the calibration CSV's columns (default: the "
+                         "calibration rows; bench/data/unfitted_gpus.csv holds rows of a GPU "
+                         "the constants were not fitted on)")
     args = ap.parse_args()
 
     constants = load_constants()
-    all_rows = calib.load_rows()
+    all_rows = calib.load_rows(args.data)
     rows = calib.sample(all_rows, args.limit or None)
     started = time.perf_counter()
     skipped: Counter[str] = Counter()

@@ -66,6 +66,7 @@ MODEL_ALIASES = {
     "nvidia/DeepSeek-R1-NVFP4": "deepseek-ai/DeepSeek-R1",
     "nvidia/DeepSeek-V3.1-NVFP4": "deepseek-ai/DeepSeek-V3",
     "nvidia/Qwen3-32B-NVFP4": "Qwen/Qwen3-32B",
+    "nvidia/Llama-3.1-8B-Instruct-FP8": "meta-llama/Meta-Llama-3.1-8B",
 }
 
 # Engine defaults of the measured stacks (per attention-DP rank).

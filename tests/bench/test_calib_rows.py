@@ -52,3 +52,16 @@ def test_the_shipped_rows_flag_only_the_h100_gpt_oss_concurrency_512_rows() -> N
     assert flagged
     assert {(r.system, r.backend, r.model, r.concurrency) for r in flagged} == {
         ("h100_sxm", "vllm", "openai/gpt-oss-120b", 512)}
+
+
+def test_the_unfitted_gpu_rows_are_of_gpus_the_fit_never_sees() -> None:
+    fitted = {r.system for r in calib.load_rows()}
+    unfitted = calib.load_rows(calib.DATA.parent / "unfitted_gpus.csv")
+    assert unfitted
+    assert not {r.system for r in unfitted} & fitted
+
+
+def test_every_unfitted_gpu_row_can_be_replayed() -> None:
+    for row in calib.load_rows(calib.DATA.parent / "unfitted_gpus.csv"):
+        s = calib.setup(row, max_tokens=calib.MAX_TOKENS)
+        assert isinstance(s, calib.Setup), row.id
