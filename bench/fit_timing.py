@@ -55,14 +55,15 @@ OUT = (Path(__file__).resolve().parent.parent / "src" / "servesim" / "timing" / 
        / CONSTANTS_RESOURCE)
 GLOBAL = ("gemm_scale", "moe_scale", "mem_scale", "attn_scale", "kv_scale", "allreduce_us",
           "expert_us")
-PER_BACKEND = ("step_ms", "layer_us", "decode_req_us", "prefill_req_ms", "prefill_layer_us",
-               "request_ms", "request_us_per_token", "request_layer_us")
+PER_BACKEND = ("step_ms", "layer_us", "moe_layer_us", "decode_req_us", "prefill_req_ms",
+               "prefill_layer_us", "request_ms", "request_us_per_token", "request_layer_us")
 BACKENDS = ("vllm", "sglang", "trtllm")
 BOUNDS = {
     "gemm_scale": (0.3, 1.2), "moe_scale": (0.05, 1.2), "mem_scale": (0.4, 1.15),
     "attn_scale": (0.2, 1.3), "kv_scale": (0.3, 1.5), "allreduce_us": (2.0, 60.0),
     "expert_us": (0.01, 20.0),
-    "step_ms": (0.01, 20.0), "layer_us": (0.5, 200.0), "decode_req_us": (0.01, 200.0),
+    "step_ms": (0.01, 20.0), "layer_us": (0.5, 200.0), "moe_layer_us": (0.01, 500.0),
+    "decode_req_us": (0.01, 200.0),
     "prefill_req_ms": (0.001, 200.0), "prefill_layer_us": (0.1, 2000.0),
     "request_ms": (0.1, 1000.0), "request_us_per_token": (0.001, 200.0),
     "request_layer_us": (0.01, 5000.0),
@@ -271,6 +272,21 @@ def fit(base: AnalyticalConstants, items: list[Item], keys: list[str], ttft_weig
     return consts(x)
 
 
+def _result_args(argv: list[str]) -> list[str]:
+    """The command-line arguments that shape the fitted constants: not where recordings
+    are cached, how many processes make them, or whether the JSON is written."""
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in ("--cache", "--jobs"):
+            skip = True
+        elif not arg.startswith(("--cache=", "--jobs=", "--dry-run")):
+            out.append(arg)
+    return out
+
+
 def main() -> int:
     global HUBER
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -315,10 +331,11 @@ def main() -> int:
     data = best.to_json()
     data["provenance"] = {
         "fitted_by": "bench/fit_timing.py",
-        "command": " ".join(["python bench/fit_timing.py", *sys.argv[1:]]),
-        "rows": f"{len(items)} aggregated rows of bench/data/silicon_dev.csv (a subsample "
-                "spread over the (GPU, backend, model) partitions; calib.holdout fold "
-                "excluded)",
+        "command": " ".join(["python bench/fit_timing.py", *_result_args(sys.argv[1:])]),
+        "rows": f"{len(items)} aggregated rows of bench/data/silicon_dev.csv ("
+                + ("every row" if not args.fit_rows else
+                   "a subsample spread over the (GPU, backend, model) partitions")
+                + " that can be replayed; calib.holdout fold excluded)",
         "prediction": "the benchmark's closed loop replayed through the vLLM engine "
                       "(calib.replay, re-priced from calib.record)",
         "loss": f"Huber ({HUBER}) least squares of the {args.error} TPOT error + "

@@ -200,6 +200,28 @@ def test_each_touched_expert_costs_time() -> None:
         8, 8192, 1024, 0) == AnalyticalTimer(dense, base).decode_ms(8, 8192, 1024, 0)
 
 
+@pytest.mark.parametrize("worker_type", ["aggregated", "prefill"])
+def test_each_moe_layer_costs_its_extra_kernels_every_pass(worker_type: str) -> None:
+    base = load_constants().with_values(**{"vllm.moe_layer_us": 0.01})
+    dear = base.with_values(**{"vllm.moe_layer_us": 100.01})
+
+    def extra_ms(model: str) -> tuple[float, float]:
+        geo = build_geometry(load_model(model), load_gpu("h100_sxm"), tensor=8,
+                             worker_type=worker_type)
+        a, b = AnalyticalTimer(geo, base), AnalyticalTimer(geo, dear)
+        return (b.decode_ms(8, 8192, 1024, 0) - a.decode_ms(8, 8192, 1024, 0),
+                b.prefill_ms(1, 1024, 0) - a.prefill_ms(1, 1024, 0))
+
+    # DeepSeek-R1: 58 of its 61 layers are MoE layers, 0.1 ms more each per pass
+    decode, prefill = extra_ms("deepseek-ai/DeepSeek-R1")
+    assert decode == pytest.approx(58 * 0.1)
+    # a prefill worker's pass is a whole forward; an aggregated one's prompt work joins a
+    # decode forward, which already paid for its layers
+    assert prefill == (pytest.approx(58 * 0.1) if worker_type == "prefill" else 0.0)
+    # a dense model has no MoE layer to pay for
+    assert extra_ms("Qwen/Qwen3-32B") == (0.0, 0.0)
+
+
 def test_gpus_not_fitted_follow_their_datasheets() -> None:
     # Same formulas and constants everywhere: only the hardware facts change. Decode of a
     # dense model is bandwidth-bound (H200 > H100 > A100), prefill compute-bound.

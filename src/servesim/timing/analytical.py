@@ -17,9 +17,12 @@ plus communication and fixed overheads:
   (plus per-chunk states during prefill).
 - **Communication**: two all-reduces per layer under tensor parallelism, dispatch/combine
   all-to-all under expert parallelism, one point-to-point hop per pipeline boundary.
-- **Overheads**: per pass, per layer, per decoding request and per prefilling request;
-  these are backend (software-stack) constants. Each routed expert a layer touches also
-  costs a fixed time (a grouped-GEMM tile per expert, whatever its few tokens).
+- **Overheads**: per pass, per layer, per MoE layer, per decoding request and per
+  prefilling request; these are backend (software-stack) constants. An MoE layer runs
+  more kernels than a dense one (router, top-k, token permutation, grouped GEMMs and their
+  un-permutation), so it costs more per pass whatever its tokens. Each routed expert a
+  layer touches also costs a fixed time (a grouped-GEMM tile per expert, whatever its few
+  tokens).
 - **Request latency outside the GPU** (:meth:`AnalyticalTimer.request_ms`): the serving
   front end's HTTP handling, tokenisation and detokenisation, per request, per prompt
   token and per layer (the CPU set-up of a new request's prefill, which scales with the
@@ -161,6 +164,8 @@ class BackendOverheads:
     request_ms: float = 0.0  # per request: HTTP, scheduling hand-off, first-token return
     request_us_per_token: float = 0.0  # per prompt token: tokenisation
     request_layer_us: float = 0.0  # per layer: CPU set-up of a new request's prefill
+    # per MoE layer per forward pass, beyond layer_us: the MoE block's extra kernels
+    moe_layer_us: float = 0.0
 
 
 @attrs.frozen
@@ -586,6 +591,7 @@ class AnalyticalTimer:
         "_expert_s",
         "_gemm_c",
         "_geo",
+        "_layers_ms",
         "_lin_c",
         "_mem",
         "_moe_c",
@@ -623,6 +629,10 @@ class AnalyticalTimer:
         self._standalone = g.worker_type == "prefill" or g.backend == "sglang"
         self._classes = g.classes
         self._weight_floor_s = self._gemm_s(1, 1)
+        # per-pass launch overheads of every layer (ms)
+        moe_layers = sum(cls.count for cls in g.classes if cls.moe)
+        self._layers_ms = (g.num_layers * self._over.layer_us
+                           + moe_layers * self._over.moe_layer_us) * 1e-3
 
     # -- building blocks (seconds) ------------------------------------------------------
 
@@ -790,7 +800,7 @@ class AnalyticalTimer:
         layers = g.num_layers
         if self._standalone:
             total = (gemm + self._lm_head_s(b) + attn + comm + o.step_ms * 1e-3
-                     + layers * (o.layer_us + o.prefill_layer_us) * 1e-6)
+                     + self._layers_ms * 1e-3 + layers * o.prefill_layer_us * 1e-6)
         else:
             total = max(0.0, gemm - self._weight_floor_s) + attn + comm
             total += layers * o.prefill_layer_us * 1e-6
@@ -835,7 +845,7 @@ class AnalyticalTimer:
             flops = n * g.linear_flops_per_token
             attn += linear * max(flops / (g.attn_peak * self._lin_c),
                                  self._mem_s(2.0 * n * g.state_bytes))
-        fixed = o.step_ms * 1e-3 + g.num_layers * o.layer_us * 1e-6 + n * o.decode_req_us * 1e-6
+        fixed = o.step_ms * 1e-3 + self._layers_ms * 1e-3 + n * o.decode_req_us * 1e-6
         return (gemm + comm + attn + fixed) * 1e3
 
 
