@@ -221,8 +221,8 @@ def load_rows(path: Path = DATA) -> list[Row]:
                 pools=_pools(raw) if raw["mode"] == "disagg" else {},
             ))
     for row in inconsistent(rows):
-        row.inconsistency = ("TPOT under half of the same deployment's TPOT at a lower "
-                             "concurrency (not a steady-state measurement)")
+        row.inconsistency = ("TPOT under half the same deployment's at a lower concurrency "
+                             "(not a steady state)")
     return rows
 
 
