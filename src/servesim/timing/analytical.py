@@ -591,7 +591,7 @@ class AnalyticalTimer:
         "_expert_s",
         "_gemm_c",
         "_geo",
-        "_layers_ms",
+        "_layers_s",
         "_lin_c",
         "_mem",
         "_moe_c",
@@ -629,10 +629,10 @@ class AnalyticalTimer:
         self._standalone = g.worker_type == "prefill" or g.backend == "sglang"
         self._classes = g.classes
         self._weight_floor_s = self._gemm_s(1, 1)
-        # per-pass launch overheads of every layer (ms)
+        # every layer's overhead in each forward pass, MoE layers' extra kernels included
         moe_layers = sum(cls.count for cls in g.classes if cls.moe)
-        self._layers_ms = (g.num_layers * self._over.layer_us
-                           + moe_layers * self._over.moe_layer_us) * 1e-3
+        self._layers_s = (g.num_layers * self._over.layer_us
+                          + moe_layers * self._over.moe_layer_us) * 1e-6
 
     # -- building blocks (seconds) ------------------------------------------------------
 
@@ -800,7 +800,7 @@ class AnalyticalTimer:
         layers = g.num_layers
         if self._standalone:
             total = (gemm + self._lm_head_s(b) + attn + comm + o.step_ms * 1e-3
-                     + self._layers_ms * 1e-3 + layers * o.prefill_layer_us * 1e-6)
+                     + self._layers_s + layers * o.prefill_layer_us * 1e-6)
         else:
             total = max(0.0, gemm - self._weight_floor_s) + attn + comm
             total += layers * o.prefill_layer_us * 1e-6
@@ -845,7 +845,7 @@ class AnalyticalTimer:
             flops = n * g.linear_flops_per_token
             attn += linear * max(flops / (g.attn_peak * self._lin_c),
                                  self._mem_s(2.0 * n * g.state_bytes))
-        fixed = o.step_ms * 1e-3 + self._layers_ms * 1e-3 + n * o.decode_req_us * 1e-6
+        fixed = o.step_ms * 1e-3 + self._layers_s + n * o.decode_req_us * 1e-6
         return (gemm + comm + attn + fixed) * 1e3
 
 
