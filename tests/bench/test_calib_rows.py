@@ -27,7 +27,7 @@ def test_a_tpot_under_half_of_a_lower_concurrency_is_inconsistent() -> None:
 
 
 def test_noise_and_faster_rows_at_lower_concurrency_are_kept() -> None:
-    # c64 faster than c32 by less than half, and c4 faster than everything above it
+    # c64 below c32 but not under half of it (noise), and c4 below every higher one
     rows = [_row(4, 4.0), _row(32, 15.0), _row(64, 9.7)]
     assert calib.inconsistent(rows) == []
 
