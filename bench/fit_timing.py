@@ -56,7 +56,8 @@ OUT = (Path(__file__).resolve().parent.parent / "src" / "servesim" / "timing" / 
 GLOBAL = ("gemm_scale", "moe_scale", "mem_scale", "attn_scale", "kv_scale", "allreduce_us",
           "expert_us")
 PER_BACKEND = ("step_ms", "layer_us", "moe_layer_us", "decode_req_us", "prefill_req_ms",
-               "prefill_layer_us", "request_ms", "request_us_per_token", "request_layer_us")
+               "prefill_layer_us", "request_ms", "request_us_per_token", "request_layer_us",
+               "request_moe_layer_us")
 BACKENDS = ("vllm", "sglang", "trtllm")
 BOUNDS = {
     "gemm_scale": (0.3, 1.2), "moe_scale": (0.05, 1.2), "mem_scale": (0.4, 1.15),
@@ -66,7 +67,7 @@ BOUNDS = {
     "decode_req_us": (0.01, 200.0),
     "prefill_req_ms": (0.001, 200.0), "prefill_layer_us": (0.1, 2000.0),
     "request_ms": (0.1, 1000.0), "request_us_per_token": (0.001, 200.0),
-    "request_layer_us": (0.01, 5000.0),
+    "request_layer_us": (0.01, 5000.0), "request_moe_layer_us": (0.01, 5000.0),
 }
 HUBER = 0.15  # error beyond which a residual counts linearly (outlier rows)
 

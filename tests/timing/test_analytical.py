@@ -245,6 +245,21 @@ def test_request_latency_grows_with_the_layers_to_set_up() -> None:
     assert deep.request_ms(1024) > shallow.request_ms(1024)
 
 
+def test_each_moe_layer_adds_to_a_requests_set_up() -> None:
+    base = load_constants().with_values(**{"vllm.request_moe_layer_us": 0.0})
+    dear = base.with_values(**{"vllm.request_moe_layer_us": 100.0})
+
+    def extra_ms(model: str) -> float:
+        geo = build_geometry(load_model(model), load_gpu("h100_sxm"), tensor=8)
+        return AnalyticalTimer(geo, dear).request_ms(1024) - AnalyticalTimer(
+            geo, base).request_ms(1024)
+
+    # DeepSeek-R1: 58 of its 61 layers are MoE layers, 0.1 ms more each per request
+    assert extra_ms("deepseek-ai/DeepSeek-R1") == pytest.approx(58 * 0.1)
+    # a dense model has no MoE layer to set up
+    assert extra_ms("meta-llama/Meta-Llama-3.1-70B") == 0.0
+
+
 def test_the_busiest_expert_parallel_rank_sets_the_moe_time() -> None:
     # Same GPUs and experts: sharded by expert (EP8) or by slice (moe-TP8). At a few tokens
     # a pass, routing leaves some EP rank with about twice the mean touched experts, so

@@ -26,9 +26,9 @@ plus communication and fixed overheads:
 - **Request latency outside the GPU** (:meth:`AnalyticalTimer.request_ms`): the serving
   front end's HTTP handling, tokenisation and detokenisation, per request, per prompt
   token and per layer (the CPU set-up of a new request's prefill, which scales with the
-  layers to dispatch). The engines admit a request to the scheduler that long after its
-  arrival, so it adds to TTFT and E2E but does not occupy the GPU and is not part of any
-  pass price.
+  layers to dispatch, an MoE layer's more kernels costing more). The engines admit a
+  request to the scheduler that long after its arrival, so it adds to TTFT and E2E but
+  does not occupy the GPU and is not part of any pass price.
 
 Efficiencies ``u_c``/``u_m`` are interpolated curves of the operator size (tokens per GEMM,
 bytes per layer, prompt length), shaped from published measurements and scaled by a few
@@ -164,8 +164,10 @@ class BackendOverheads:
     request_ms: float = 0.0  # per request: HTTP, scheduling hand-off, first-token return
     request_us_per_token: float = 0.0  # per prompt token: tokenisation
     request_layer_us: float = 0.0  # per layer: CPU set-up of a new request's prefill
-    # per MoE layer per forward pass, beyond layer_us: the MoE block's extra kernels
+    # per MoE layer, beyond layer_us per forward pass and beyond request_layer_us per
+    # request: the MoE block's extra kernels (router, top-k, permutation, grouped GEMMs)
     moe_layer_us: float = 0.0
+    request_moe_layer_us: float = 0.0
 
 
 @attrs.frozen
@@ -596,6 +598,7 @@ class AnalyticalTimer:
         "_mem",
         "_moe_c",
         "_over",
+        "_request_layers_ms",
         "_standalone",
         "_weight_floor_s",
         "constants",
@@ -629,10 +632,13 @@ class AnalyticalTimer:
         self._standalone = g.worker_type == "prefill" or g.backend == "sglang"
         self._classes = g.classes
         self._weight_floor_s = self._gemm_s(1, 1)
-        # every layer's overhead in each forward pass, MoE layers' extra kernels included
+        # every layer's overhead in each forward pass and in a request's set-up, MoE
+        # layers' extra kernels included
         moe_layers = sum(cls.count for cls in g.classes if cls.moe)
-        self._layers_s = (g.num_layers * self._over.layer_us
-                          + moe_layers * self._over.moe_layer_us) * 1e-6
+        o = self._over
+        self._layers_s = (g.num_layers * o.layer_us + moe_layers * o.moe_layer_us) * 1e-6
+        self._request_layers_ms = (g.num_layers * o.request_layer_us
+                                   + moe_layers * o.request_moe_layer_us) * 1e-3
 
     # -- building blocks (seconds) ------------------------------------------------------
 
@@ -745,7 +751,7 @@ class AnalyticalTimer:
         token). It adds to the time to first token and does not occupy the GPU."""
         o = self._over
         return (o.request_ms + o.request_us_per_token * 1e-3 * max(input_tokens, 0.0)
-                + o.request_layer_us * 1e-3 * self._geo.num_layers)
+                + self._request_layers_ms)
 
     def prefill_ms(self, batch: int, mean_isl: float, mean_prefix: float) -> float:
         # A price is per rank: under attention data parallelism the experts see this
