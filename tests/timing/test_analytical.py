@@ -335,3 +335,39 @@ def test_sglang_prices_a_pass_with_prompt_work_as_a_whole_forward() -> None:
 
     assert prefill("sglang", "aggregated") == prefill("sglang", "prefill")
     assert prefill("vllm", "aggregated") < prefill("vllm", "prefill")
+
+
+def test_sparse_attention_reads_the_indexers_top_k() -> None:
+    # GLM-5's DeepSeek sparse attention: each query reads the 2,048 cached tokens its
+    # lightning indexer picks, and the indexer scores every cached token with FP8 keys
+    import attrs
+
+    sparse = _timer("zai-org/GLM-5-FP8", "b200_sxm", tensor=8)
+    geo = sparse.geometry
+    assert geo.sparse_topk == 2048
+    assert geo.index_bytes == 128 + 4  # one FP8 key of index_head_dim and its scale
+    dense = AnalyticalTimer(attrs.evolve(geo, sparse_topk=None, index_flops=0.0,
+                                         index_bytes=0.0), load_constants())
+
+    def decode(t: AnalyticalTimer, ctx: int) -> float:
+        return t.decode_ms(16, 16 * ctx, ctx, 0)
+
+    # within the top-k every token is read anyway: the indexer only adds
+    assert decode(sparse, 1024) > decode(dense, 1024)
+    assert sparse.prefill_ms(1, 2048, 0) > dense.prefill_ms(1, 2048, 0)
+    # beyond it, attention stops growing with the context; only the indexer's reads do
+    assert decode(sparse, 65536) < decode(dense, 65536)
+    assert (decode(sparse, 65536) - decode(sparse, 32768)
+            < (decode(dense, 65536) - decode(dense, 32768)) / 4)
+    assert sparse.prefill_ms(1, 32768, 0) < dense.prefill_ms(1, 32768, 0)
+
+
+def test_sparse_attention_without_its_indexer_is_a_diagnostic() -> None:
+    model = load_model("zai-org/GLM-5-FP8")
+    import attrs
+
+    config = {k: v for k, v in model.config.items() if k != "index_n_heads"}
+    broken = attrs.evolve(model, config=config)
+    with pytest.raises(ReplayError, match=r"sparse attention \(index_topk\) without "
+                                          r"index_n_heads and index_head_dim"):
+        build_geometry(broken, load_gpu("b200_sxm"))

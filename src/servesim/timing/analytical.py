@@ -13,6 +13,9 @@ plus communication and fixed overheads:
 - **Attention**: decode reads every cached token's KV once per layer (MLA reads the latent);
   prefill carries the causal quadratic term ``((s + p)**2 - p**2) / 2`` query-key pairs per
   chunk of ``s`` new tokens after ``p`` cached ones; sliding-window layers cap the context.
+  Sparse attention (DeepSeek sparse attention: GLM-5, DeepSeek-V3.2) caps each query's
+  reads at the ``index_topk`` tokens its indexer picks, and the indexer reads and scores
+  every cached token's FP8 key.
 - **Linear attention / Mamba** layers read and write each request's recurrent state
   (plus per-chunk states during prefill).
 - **Communication**: two all-reduces per layer under tensor parallelism, dispatch/combine
@@ -348,6 +351,14 @@ class StepGeometry:
     # linear attention / SSM (per GPU, per layer)
     state_bytes: float
     linear_flops_per_token: float
+    # sparse attention (DeepSeek sparse attention: GLM-5, DeepSeek-V3.2): each query reads
+    # the ``sparse_topk`` cached tokens its indexer picks; the indexer scores every cached
+    # token (``index_flops`` per query and cached token, ``index_bytes`` of FP8 keys per
+    # cached token and layer, at ``index_peak``)
+    sparse_topk: int | None = None
+    index_flops: float = 0.0
+    index_bytes: float = 0.0
+    index_peak: float = 0.0
 
 
 def _fail(role_path: tuple[str, ...], message: str, hint: str | None = None) -> ReplayError:
@@ -487,8 +498,21 @@ def build_geometry(
         kv_layer = per_token / stage_layers
     else:
         kv_layer = 0.0
-    window = model.lm_config.get("sliding_window")
-    sliding = int(window) if isinstance(window, int) and window > 0 else None
+    sliding = _positive(model.lm_config, "sliding_window")
+    # The lightning indexer of DeepSeek sparse attention: a few FP8 heads, not split by
+    # tensor parallelism, whose keys (FP8 plus one fp32 scale) are cached per token.
+    sparse = _positive(model.lm_config, "index_topk")
+    index_flops = index_bytes = index_peak = 0.0
+    if sparse:
+        index_heads = _positive(model.lm_config, "index_n_heads")
+        index_dim = _positive(model.lm_config, "index_head_dim")
+        if not (index_heads and index_dim):
+            raise _fail(path, f"model {model.name!r}: sparse attention (index_topk) without "
+                        "index_n_heads and index_head_dim; the analytical timing model "
+                        "cannot price its indexer")
+        index_flops = 2.0 * index_heads * index_dim
+        index_bytes = index_dim + 4.0
+        index_peak = _peak(gpu, "fp8")[0]
 
     # experts
     experts = model.num_experts
@@ -555,7 +579,24 @@ def build_geometry(
         local_experts=local_experts,
         state_bytes=state,
         linear_flops_per_token=lin_flops,
+        sparse_topk=sparse,
+        index_flops=index_flops,
+        index_bytes=index_bytes,
+        index_peak=index_peak,
     )
+
+
+def _causal(ctx: float, topk: int | None) -> float:
+    """Query-key pairs of causal attention over the first ``ctx`` tokens, each query
+    reading at most ``topk`` keys (all earlier ones if ``topk`` is None)."""
+    if topk is None or ctx <= topk:
+        return ctx * ctx / 2.0
+    return topk * ctx - topk * topk / 2.0
+
+
+def _positive(config: Mapping[str, Any], key: str) -> int | None:
+    value = config.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -788,10 +829,15 @@ class AnalyticalTimer:
         attn = 0.0
         width = g.heads_local * (g.qk_dim + g.v_dim)
         if full:
-            pairs = b * (ctx * ctx - p * p) / 2.0
+            pairs = b * (_causal(ctx, g.sparse_topk) - _causal(p, g.sparse_topk))
             flops = 2.0 * pairs * width
             kv = b * ctx * g.kv_bytes_layer
-            attn += full * (flops / (g.attn_peak * u) + self._mem_s(kv))
+            t = flops / (g.attn_peak * u) + self._mem_s(kv)
+            if g.sparse_topk:  # the indexer scores every earlier token
+                every = b * (_causal(ctx, None) - _causal(p, None))
+                t += (g.index_flops * every / (g.index_peak * u)
+                      + self._mem_s(b * ctx * g.index_bytes))
+            attn += full * t
         if sliding:
             w = float(g.sliding_window or ctx)
             pairs = b * new * min(w, p + new / 2.0)
@@ -837,10 +883,18 @@ class AnalyticalTimer:
         kv_eff = self.constants.kv_scale
         ctx_total = float(max(active_kv_tokens, 0))
         if full:
-            flops = 2.0 * g.heads_local * g.decode_score_dim * ctx_total
-            nbytes = ctx_total * g.kv_bytes_layer
-            attn += full * max(flops / (g.attn_peak * self._attn_c),
-                               self._mem_s(nbytes) / kv_eff)
+            # a sparse layer reads each sequence's top-k tokens, picked by its indexer
+            # from every cached token
+            read = ctx_total
+            index = 0.0
+            if g.sparse_topk:
+                read = n * min(float(mean_context), g.sparse_topk)
+                index = max(g.index_flops * ctx_total / (g.index_peak * self._attn_c),
+                            self._mem_s(ctx_total * g.index_bytes) / kv_eff)
+            flops = 2.0 * g.heads_local * g.decode_score_dim * read
+            nbytes = read * g.kv_bytes_layer
+            attn += full * (max(flops / (g.attn_peak * self._attn_c),
+                                self._mem_s(nbytes) / kv_eff) + index)
         if sliding:
             w = float(g.sliding_window or mean_context)
             ctx = n * min(float(mean_context), w)
