@@ -15,10 +15,12 @@ of ``WAVES``, :func:`shares`). The engine admits each request after the front en
 
 Recording: in this closed loop the engine's schedule (which requests are in which pass,
 with which token counts) does not depend on the pass durations: requests arrive during
-the first pass or when another one finishes, i.e. at a pass end. So one replay records
-every pass (the timer calls of each rank) and which passes carry each request's arrival,
-first and last token; any timer then gives the exact TTFT/TPOT that a replay with that
-timer would give, by re-pricing the recorded passes. The fit uses this to evaluate
+the first pass or when another one finishes, i.e. at a pass end, and reach the scheduler
+once the next pass has started. So one replay records every pass (the timer calls of
+each rank) and which passes carry each request's arrival, first and last token; re-pricing
+the recorded passes with any timer then gives the TPOT that a replay with that timer would
+give, and its TTFT up to the front end's latency: re-pricing adds that latency to the pass
+the request waits for, while in a replay the two overlap. The fit uses this to evaluate
 thousands of constant sets without re-running the engine.
 """
 
@@ -505,6 +507,10 @@ def replay(s: Setup | PdSetup, constants: AnalyticalConstants) -> Result:
 # ---------------------------------------------------------------------------------------------
 # Recording and re-pricing
 
+# A recording's front-end latency: shorter than any recorded pass (1 ms per timer call),
+# and than the send gap of the first wave's clients.
+FRONT_END_MS = 1e-7
+
 # (0, batch, isl, prefix, 0), (1, batch, active_kv, mean_ctx, 0) or, for a prefill priced
 # with the prompt tokens of every attention-DP rank of the pass, (2, batch, isl, prefix,
 # group_tokens)
@@ -513,7 +519,12 @@ Call = tuple[int, int, int, int, int]
 
 class _Recorder:
     """One rank's timer: prices every call at 1 ms and files it under the pass the replay
-    starts now (a stepwise replay prices each pass of a rank once, when it starts)."""
+    starts now (a stepwise replay prices each pass of a rank once, when it starts).
+
+    Its front end takes a moment (:data:`FRONT_END_MS`), as every analytical timer's does:
+    a request sent when a pass ends reaches the scheduler after the next pass has started,
+    and waits for it, as in a replay with that timer (and on a real server).
+    """
 
     def __init__(self, clock: Callable[[], float],
                  pass_at: Callable[[float], list[list[Call]]]) -> None:
@@ -528,6 +539,9 @@ class _Recorder:
             self.pass_at(now).append(self.calls)
         self.calls.append(call)
         return 1.0
+
+    def request_ms(self, input_tokens: int) -> float:
+        return FRONT_END_MS
 
     def prefill_ms(self, batch: int, mean_isl: float, mean_prefix: float) -> float:
         if batch <= 0 or mean_isl <= mean_prefix:
@@ -627,7 +641,8 @@ def record(s: Setup | PdSetup) -> Recording:
 
     The schedule of this closed loop does not depend on the pass durations (requests
     arrive at pass ends, or all during the first pass), so re-pricing the recorded passes
-    with any timer gives exactly what a replay with that timer gives.
+    with a timer gives what a replay with that timer gives (up to the front end's latency:
+    see the module docstring).
     """
     if isinstance(s, PdSetup):
         raise Unsupported("P/D rows are replayed, not recorded")
@@ -652,11 +667,10 @@ def record(s: Setup | PdSetup) -> Recording:
         for rank in worker.ranks:
             rank.timer = _Recorder(lambda: run.now, pass_at)
     run.run()
-    # pass end times under the recorder's unit prices
-    index: dict[float, int] = {}
-    for k, (now, ranks) in enumerate(zip(starts, passes, strict=True)):
-        d = max((float(len(calls)) for calls in ranks), default=0.0)
-        index[now + d] = k
+    # pass end times under the recorder's unit prices (one worker: passes in turn)
+    ends = [now + max((float(len(calls)) for calls in ranks), default=0.0)
+            for now, ranks in zip(starts, passes, strict=True)]
+    index = {end: k for k, end in enumerate(ends)}
     n = len(passes)
     dt = [0.0] * (n + 1)  # difference arrays of the weights
     dp = [0.0] * (n + 1)
@@ -665,7 +679,7 @@ def record(s: Setup | PdSetup) -> Recording:
         raise Unsupported("no request completed in the replay")
     for r, share in zip(done, shares(done, s.row.concurrency, s.waves), strict=True):
         f = index[r.token_times[0]]
-        a = bisect.bisect_right(starts, r.arrival_ms) - 1  # the pass running at arrival
+        a = bisect.bisect_right(ends, r.arrival_ms)  # the first pass to end after arrival
         dt[a] += share  # passes a..f count towards this request's TTFT
         dt[f + 1] -= share
     multi = [r for r in done if r.output_length > 1]

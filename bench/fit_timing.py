@@ -5,12 +5,12 @@
     .venv/bin/python bench/fit_timing.py --report   # accuracy of the shipped constants
 
 Rows: the aggregated rows of bench/data/silicon_dev.csv that the catalog can describe
-(disaggregated rows are not used). Prediction per row: exactly what bench/accuracy.py's
-replay gives (``calib.replay``: the benchmark's closed loop through the vLLM engine), but
-computed by re-pricing a recording of that replay (``calib.record``), so one constant set
-costs milliseconds per row instead of a replay. ``--fit-rows`` subsamples the fit rows
-(spread over the partitions) to keep a fit within minutes; ``--report`` samples as many
-rows from both folds.
+(disaggregated rows are not used). Prediction per row: what bench/accuracy.py's replay
+gives (``calib.replay``: the benchmark's closed loop through the vLLM engine), computed by
+re-pricing a recording of that replay (``calib.record``; TTFT up to the front end's
+latency), so one constant set costs milliseconds per row instead of a replay.
+``--fit-rows`` subsamples the fit rows (spread over the partitions) to keep a fit within
+minutes; ``--report`` samples as many rows from both folds.
 
 Split: the holdout fold of ``calib.holdout`` (one configuration in five, by a hash of the
 measured configuration) is never fitted; MAPE is reported on the fit rows, the holdout

@@ -65,3 +65,25 @@ def test_every_unfitted_gpu_row_can_be_replayed() -> None:
     for row in calib.load_rows(calib.DATA.parent / "unfitted_gpus.csv"):
         s = calib.setup(row, max_tokens=calib.MAX_TOKENS)
         assert isinstance(s, calib.Setup), row.id
+
+
+@pytest.mark.parametrize("concurrency", [1, 4, 16])
+def test_repricing_a_recording_gives_the_replays_figures(concurrency: int) -> None:
+    # The fit re-prices one recording with thousands of constant sets instead of
+    # replaying; what it sees must be what bench/accuracy.py's replay gives. A request
+    # sent when a pass ends waits for the next one, as in the replay, whose front end
+    # overlaps that wait: re-pricing may count the front end's latency once more. (The
+    # recording bins the KV tokens of decode passes by 1.6%, hence the tolerances.) This
+    # holds while the front end is shorter than a pass, as vLLM's is.
+    from servesim.timing.analytical import AnalyticalTimer, load_constants
+
+    row = _row(concurrency, 10.0, model="Qwen/Qwen3-32B", isl=700, osl=40, tp=1)
+    s = calib.setup(row, max_tokens=calib.MAX_TOKENS)
+    assert isinstance(s, calib.Setup)
+    constants = load_constants()
+    timer = AnalyticalTimer(s.geometry, constants)
+    replayed = calib.replay(s, constants)
+    ttft, tpot = calib.record(s).evaluate(timer)
+    assert tpot == pytest.approx(replayed.tpot_ms, rel=1e-3)
+    slack = 1e-3 * replayed.ttft_ms
+    assert replayed.ttft_ms - slack <= ttft <= replayed.ttft_ms + timer.request_ms(row.isl) + slack
