@@ -18,9 +18,10 @@ weighed as one of ``--waves`` (``calib.shares``).
 P/D (disaggregated) rows are replayed the same way through the disaggregated engine:
 ``prefill_num_workers`` and ``decode_num_workers`` workers of their own parallelism, the
 KV of each prompt sent over the GPUs' scale-out links (``inter_node_bw`` of the GPU times
-the GPUs of the smaller worker). ``overall`` and the backend, GPU, model and fold
-partitions are the aggregated rows, which the accuracy targets are about; P/D rows are
-reported as ``mode: disagg`` and per (GPU, backend, model).
+the GPUs of the smaller worker). ``overall`` and the backend, GPU, model and (for the
+calibration rows the constants are fitted on) fold partitions are the aggregated rows,
+which the accuracy targets are about; P/D rows are reported as ``mode: disagg`` and per
+(GPU, backend, model).
 
 Rows that cannot be simulated (models or GPUs missing from the catalog, no KV budget, too
 many tokens for the budget) are counted with their reason. Errors are
@@ -110,8 +111,10 @@ def main() -> int:
         keys: list[tuple[str, ...]] = [("mode", row.mode)]
         if row.mode == "agg":  # the rows the targets are about
             keys += [("overall",), ("backend", row.backend), ("gpu", row.system),
-                     ("model", row.model), ("fold", "holdout" if calib.holdout(row) else "fit"),
-                     ("gpu/backend/model", row.system, row.backend, row.model)]
+                     ("model", row.model), ("gpu/backend/model", row.system, row.backend,
+                                            row.model)]
+            if args.data == calib.DATA:  # the fit's rows: which of them it saw
+                keys.append(("fold", "holdout" if calib.holdout(row) else "fit"))
         else:
             keys.append(("P/D gpu/backend/model", row.system, row.backend, row.model))
         for key in keys:
