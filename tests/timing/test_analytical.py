@@ -362,6 +362,20 @@ def test_sparse_attention_reads_the_indexers_top_k() -> None:
     assert sparse.prefill_ms(1, 32768, 0) < dense.prefill_ms(1, 32768, 0)
 
 
+def test_a_sparse_layers_indexer_launches_a_layers_worth_of_kernels() -> None:
+    base = load_constants()
+    dear = base.with_values(**{"vllm.layer_us": base.backends["vllm"].layer_us + 100.0})
+
+    def extra_ms(model: str) -> float:
+        geo = build_geometry(load_model(model), load_gpu("b200_sxm"), tensor=8)
+        return (AnalyticalTimer(geo, dear).decode_ms(8, 8192, 1024, 0)
+                - AnalyticalTimer(geo, base).decode_ms(8, 8192, 1024, 0))
+
+    # GLM-5: 78 layers, each with an indexer; DeepSeek-R1 (dense MLA): 61 layers
+    assert extra_ms("zai-org/GLM-5-FP8") == pytest.approx(2 * 78 * 0.1)
+    assert extra_ms("deepseek-ai/DeepSeek-R1") == pytest.approx(61 * 0.1)
+
+
 def test_sparse_attention_without_its_indexer_is_a_diagnostic() -> None:
     model = load_model("zai-org/GLM-5-FP8")
     import attrs

@@ -15,7 +15,7 @@ plus communication and fixed overheads:
   chunk of ``s`` new tokens after ``p`` cached ones; sliding-window layers cap the context.
   Sparse attention (DeepSeek sparse attention: GLM-5, DeepSeek-V3.2) caps each query's
   reads at the ``index_topk`` tokens its indexer picks, and the indexer reads and scores
-  every cached token's FP8 key.
+  every cached token's FP8 key (and launches a layer's worth of kernels per pass).
 - **Linear attention / Mamba** layers read and write each request's recurrent state
   (plus per-chunk states during prefill).
 - **Communication**: two all-reduces per layer under tensor parallelism, dispatch/combine
@@ -676,8 +676,13 @@ class AnalyticalTimer:
         # every layer's overhead in each forward pass and in a request's set-up, MoE
         # layers' extra kernels included
         moe_layers = sum(cls.count for cls in g.classes if cls.moe)
+        # a sparse attention layer's indexer launches as many kernels again as the rest of
+        # the layer (projections, normalisation, RoPE, key quantisation and caching, FP8
+        # logits, top-k)
+        sparse_layers = self._attention_layers()[0] if g.sparse_topk else 0
         o = self._over
-        self._layers_s = (g.num_layers * o.layer_us + moe_layers * o.moe_layer_us) * 1e-6
+        self._layers_s = ((g.num_layers + sparse_layers) * o.layer_us
+                          + moe_layers * o.moe_layer_us) * 1e-6
         self._request_layers_ms = (g.num_layers * o.request_layer_us
                                    + moe_layers * o.request_moe_layer_us) * 1e-3
 
