@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 
+import attrs
 import pytest
 
 from servesim.catalog import load_gpu, load_model
@@ -142,8 +143,6 @@ def test_unknown_model_and_gpu_are_named() -> None:
 
 def test_unsupported_architecture_is_a_diagnostic() -> None:
     model = load_model("Qwen/Qwen3-30B-A3B")
-    import attrs
-
     broken = attrs.evolve(model, moe_intermediate_size=None)
     with pytest.raises(ReplayError, match="MoE layers without moe_intermediate_size"):
         build_geometry(broken, load_gpu("h100_sxm"))
@@ -340,8 +339,6 @@ def test_sglang_prices_a_pass_with_prompt_work_as_a_whole_forward() -> None:
 def test_sparse_attention_reads_the_indexers_top_k() -> None:
     # GLM-5's DeepSeek sparse attention: each query reads the 2,048 cached tokens its
     # lightning indexer picks, and the indexer scores every cached token with FP8 keys
-    import attrs
-
     sparse = _timer("zai-org/GLM-5-FP8", "b200_sxm", tensor=8)
     geo = sparse.geometry
     assert geo.sparse_topk == 2048
@@ -378,8 +375,6 @@ def test_a_sparse_layers_indexer_launches_a_layers_worth_of_kernels() -> None:
 
 def test_sparse_attention_without_its_indexer_is_a_diagnostic() -> None:
     model = load_model("zai-org/GLM-5-FP8")
-    import attrs
-
     config = {k: v for k, v in model.config.items() if k != "index_n_heads"}
     broken = attrs.evolve(model, config=config)
     with pytest.raises(ReplayError, match=r"sparse attention \(index_topk\) without "
