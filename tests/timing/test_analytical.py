@@ -279,6 +279,15 @@ def test_the_busiest_expert_parallel_rank_sets_the_moe_time() -> None:
     assert large == pytest.approx(1.0, rel=0.1)
 
 
+def test_a_long_prompts_all_reduce_moves_each_byte_faster_than_a_decode_steps() -> None:
+    # A decode step's all-reduce of a few MB is latency-bound; a prompt's 100 MB one
+    # nearly saturates NVLink. Per token, bandwidth time falls as the message grows.
+    t = _timer("meta-llama/Meta-Llama-3.1-70B", "h100_sxm", tensor=8)
+    per_token = [t._comm_s(n, False) / n for n in (16, 256, 4096, 16384)]
+    assert per_token == sorted(per_token, reverse=True)
+    assert per_token[0] > 2 * per_token[-1]
+
+
 def test_expert_parallelism_under_attention_tp_needs_no_all_to_all() -> None:
     # Under attention TP every GPU holds every token: the experts' partial outputs are
     # summed by the all-reduce a dense MLP also needs, so EP8 and moe-TP8 communicate
@@ -297,7 +306,8 @@ def test_a_token_crosses_to_each_expert_rank_once() -> None:
                moe_expert=2)
     g = t.geometry
     moe_layers = sum(c.count for c in g.classes if c.moe)
-    one_hop = 8192 * g.hidden * 2 / (g.ep_link_bw * load_constants().link_efficiency)
+    msg = 8192 * g.hidden * 2
+    one_hop = msg / (g.ep_link_bw * load_constants().link_curve(msg))
     assert 0 < t._comm_s(8192, False) <= 2 * moe_layers * one_hop * (1 + 1e-9)
 
 
