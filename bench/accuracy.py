@@ -23,6 +23,10 @@ calibration rows the constants are fitted on) fold partitions are the aggregated
 which the accuracy targets are about; P/D rows are reported as ``mode: disagg`` and per
 (GPU, backend, model).
 
+To tell a level from a shape, the report ends with the MAPE that would be left if each
+group of aggregated rows had its own constant factor (``calib.LEVELS``): per (GPU,
+backend, model), per backend version as well, and per everything but the concurrency.
+
 Rows that cannot be simulated (models or GPUs missing from the catalog, no KV budget, too
 many tokens for the budget) are counted with their reason. Errors are
 ``predicted / measured - 1``; MAPE is the mean of their absolute values.
@@ -93,6 +97,9 @@ def main() -> int:
     skipped: Counter[str] = Counter()
     ttft: dict[tuple[str, ...], list[float]] = defaultdict(list)
     tpot: dict[tuple[str, ...], list[float]] = defaultdict(list)
+    # per level of calib.LEVELS, per group: the aggregated rows' (TTFT, TPOT) ratios
+    levels: list[dict[tuple[object, ...], list[tuple[float, float]]]] = [
+        defaultdict(list) for _ in calib.LEVELS]
     done = 0
     if args.rows:
         print(f"{'TTFT meas':>10} {'pred':>9} {'err%':>7} "
@@ -115,6 +122,8 @@ def main() -> int:
                                             row.model)]
             if args.data == calib.DATA:  # the fit's rows: which of them it saw
                 keys.append(("fold", "holdout" if calib.holdout(row) else "fit"))
+            for groups, (_, group_of) in zip(levels, calib.LEVELS, strict=True):
+                groups[group_of(row)].append((e_ttft + 1, e_tpot + 1))
         else:
             keys.append(("P/D gpu/backend/model", row.system, row.backend, row.model))
         for key in keys:
@@ -144,6 +153,14 @@ def main() -> int:
     for key in over:
         print(f"  {' / '.join(key[1:])[:68]:68} {len(ttft[key]):4d} {_mape(ttft[key]):11.1f} "
               f"{_mape(tpot[key]):11.1f}")
+    if ttft[("overall",)]:
+        print("\naggregated rows' MAPE left once each group's predictions are scaled by its "
+              "own best factor\n(the error within groups, which no per-group constant "
+              "removes):")
+        for groups, (name, _) in zip(levels, calib.LEVELS, strict=True):
+            floors = [calib.level_floor([[r[i] for r in g] for g in groups.values()])
+                      for i in (0, 1)]
+            print(f"  {name:68} {len(groups):4d} {floors[0]:11.1f} {floors[1]:11.1f}")
     if skipped:
         print("\nnot simulated:")
         for reason, n in skipped.most_common():

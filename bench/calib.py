@@ -31,7 +31,7 @@ import csv
 import math
 import re
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -730,6 +730,38 @@ def holdout(row: Row, folds: int = 5) -> bool:
                              row.dp, row.moe_tp, row.moe_ep, row.isl, row.osl,
                              row.concurrency)))
     return zlib.crc32(key.encode()) % folds == 0
+
+
+# What a level per group of rows cannot explain: each group's predictions rescaled by
+# its own best factor. Groups from coarse to fine; the last differs only in concurrency.
+LEVELS: tuple[tuple[str, Callable[[Row], tuple[object, ...]]], ...] = (
+    ("(GPU, backend, model)", lambda r: (r.system, r.backend, r.model)),
+    ("+ backend version", lambda r: (r.system, r.backend, r.model, r.version)),
+    ("+ everything but concurrency", lambda r: (
+        r.system, r.backend, r.model, r.version, r.isl, r.osl, r.tp, r.dp, r.moe_tp,
+        r.moe_ep, r.gemm_quant, r.moe_quant)),
+)
+
+
+def best_scale(ratios: Sequence[float]) -> float:
+    """The factor ``k`` that minimises ``sum(|k * r - 1|)`` over ``ratios`` (predicted /
+    measured): the median of ``1 / r`` weighted by ``r``."""
+    points = sorted((1.0 / r, r) for r in ratios)
+    half = sum(r for _, r in points) / 2.0
+    seen = 0.0
+    for k, r in points:
+        seen += r
+        if seen >= half:
+            return k
+    raise ValueError("no ratios")
+
+
+def level_floor(groups: Iterable[Sequence[float]]) -> float:
+    """MAPE (%) left when each group's ``predicted / measured`` ratios are scaled by the
+    group's :func:`best_scale`: the error that lies within the groups, not in their
+    levels."""
+    errors = [abs(best_scale(g) * r - 1.0) for g in groups for r in g]
+    return 100.0 * sum(errors) / len(errors)
 
 
 def iter_setups(rows: list[Row], *, max_tokens: int,

@@ -87,3 +87,21 @@ def test_repricing_a_recording_gives_the_replays_figures(concurrency: int) -> No
     assert tpot == pytest.approx(replayed.tpot_ms, rel=1e-3)
     slack = 1e-3 * replayed.ttft_ms
     assert replayed.ttft_ms - slack <= ttft <= replayed.ttft_ms + timer.request_ms(row.isl) + slack
+
+
+def test_a_group_off_by_one_factor_leaves_no_error_within_it() -> None:
+    assert calib.level_floor([[2.0, 2.0, 2.0], [0.5, 0.5]]) == pytest.approx(0.0)
+
+
+def test_the_error_within_a_group_stays_and_finer_groups_remove_it() -> None:
+    assert calib.level_floor([[1.0, 2.0]]) > 0.0
+    assert calib.level_floor([[1.0], [2.0]]) == pytest.approx(0.0)
+
+
+@pytest.mark.parametrize("ratios", [[1.0, 2.0, 4.0], [0.3, 0.9, 1.1, 1.2], [1.5]])
+def test_the_best_scale_minimises_the_groups_absolute_error(ratios: list[float]) -> None:
+    def cost(k: float) -> float:
+        return sum(abs(k * r - 1.0) for r in ratios)
+
+    best = cost(calib.best_scale(ratios))
+    assert all(best <= cost(k / 100) + 1e-12 for k in range(1, 400))
