@@ -641,7 +641,9 @@ class AnalyticalTimer:
         "_lin_c",
         "_link",
         "_mem",
+        "_mixers",
         "_moe_c",
+        "_moe_layers",
         "_over",
         "_request_layers_ms",
         "_standalone",
@@ -680,11 +682,12 @@ class AnalyticalTimer:
         self._weight_floor_s = self._gemm_s(1, 1)
         # every layer's overhead in each forward pass and in a request's set-up, MoE
         # layers' extra kernels included
-        moe_layers = sum(cls.count for cls in g.classes if cls.moe)
+        self._moe_layers = moe_layers = sum(cls.count for cls in g.classes if cls.moe)
+        self._mixers = self._attention_layers()
         # a sparse attention layer's indexer launches as many kernels again as the rest of
         # the layer (projections, normalisation, RoPE, key quantisation and caching, FP8
         # logits, top-k)
-        sparse_layers = self._attention_layers()[0] if g.sparse_topk else 0
+        sparse_layers = self._mixers[0] if g.sparse_topk else 0
         o = self._over
         self._layers_s = ((g.num_layers + sparse_layers) * o.layer_us
                           + moe_layers * o.moe_layer_us) * 1e-6
@@ -771,13 +774,12 @@ class AnalyticalTimer:
                 total += cls.count * n * ar
         ep = g.moe_expert * g.moe_tensor
         if a2a_moe and ep > 1:
-            moe_layers = sum(c.count for c in self._classes if c.moe)
             # a token travels once to each other rank that holds any of its top-k
             # experts (and its combined partial result once back), not once per expert
             remote = (ep - 1) * (1.0 - (1.0 - 1.0 / ep) ** g.topk)
             a2a_bytes = tokens * remote * g.hidden * ACT_BYTES
             a2a = lat + a2a_bytes / (g.ep_link_bw * eff(a2a_bytes))
-            total += moe_layers * 2 * a2a
+            total += self._moe_layers * 2 * a2a
         if g.pipeline > 1:
             hop = (g.p2p_latency_s if latency else 0.0) + msg / (g.pp_link_bw * eff(msg))
             total += (g.pipeline - 1) * hop
@@ -832,7 +834,7 @@ class AnalyticalTimer:
         gemm = self._gemm_s(tokens, moe_tokens)
         comm = self._comm_s(tokens, latency=self._standalone)
         # attention
-        full, sliding, linear = self._attention_layers()
+        full, sliding, linear = self._mixers
         ctx = float(mean_isl)
         p = float(mean_prefix)
         u = self._prefill_attn_eff(ctx, b)
@@ -888,7 +890,7 @@ class AnalyticalTimer:
         moe_tokens = n * g.attention_data
         gemm = self._gemm_s(n, moe_tokens) + self._lm_head_s(n)
         comm = self._comm_s(n, latency=True)
-        full, sliding, linear = self._attention_layers()
+        full, sliding, linear = self._mixers
         attn = 0.0
         kv_eff = self.constants.kv_scale
         ctx_total = float(max(active_kv_tokens, 0))
