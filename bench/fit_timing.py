@@ -21,10 +21,11 @@ Loss: robust (Huber, ``--huber``) least squares of the error of TPOT and, with w
 ``--ttft-weight``, of TTFT, the error being ``log(predicted / measured)`` or, with
 ``--error relative``, ``predicted / measured - 1`` (what the MAPE report averages); each
 row weighs ``1 / sqrt(rows of its (GPU, backend, model) partition)`` so that no partition
-dominates. Search: Levenberg-Marquardt
-over the logarithms of the fitted scalars (global efficiency scales, all-reduce latency,
-per-expert cost, per-backend overheads) with a finite-difference Jacobian, projected onto
-the bounds in ``BOUNDS``. Standard library only.
+dominates. Search: Levenberg-Marquardt over the logarithms of the fitted scalars (global
+efficiency scales, the fp8 and fp4 kernels' efficiency relative to bf16 for dense and
+expert GEMMs, all-reduce latency, per-expert cost, activation copies per token-expert
+pair, per-backend overheads) with a finite-difference Jacobian, projected onto the bounds
+in ``BOUNDS``. Standard library only.
 """
 
 from __future__ import annotations
@@ -54,7 +55,9 @@ from servesim.timing.analytical import (
 OUT = (Path(__file__).resolve().parent.parent / "src" / "servesim" / "timing" / "data"
        / CONSTANTS_RESOURCE)
 GLOBAL = ("gemm_scale", "moe_scale", "mem_scale", "attn_scale", "kv_scale", "allreduce_us",
-          "expert_us")
+          "expert_us", "moe_act_passes", "quant_level.fp8", "quant_level.fp4",
+          "moe_quant_level.fp8", "moe_quant_level.fp4")
+LEVELS = ("quant_level", "moe_quant_level")
 PER_BACKEND = ("step_ms", "layer_us", "moe_layer_us", "decode_req_us", "prefill_req_ms",
                "prefill_layer_us", "request_ms", "request_us_per_token", "request_layer_us",
                "request_moe_layer_us")
@@ -62,12 +65,14 @@ BACKENDS = ("vllm", "sglang", "trtllm")
 BOUNDS = {
     "gemm_scale": (0.3, 1.2), "moe_scale": (0.05, 1.2), "mem_scale": (0.4, 1.15),
     "attn_scale": (0.2, 1.3), "kv_scale": (0.3, 1.5), "allreduce_us": (2.0, 60.0),
-    "expert_us": (0.01, 20.0),
+    "expert_us": (0.01, 20.0), "moe_act_passes": (0.01, 32.0),
     "step_ms": (0.01, 20.0), "layer_us": (0.5, 200.0), "moe_layer_us": (0.01, 500.0),
     "decode_req_us": (0.01, 200.0),
     "prefill_req_ms": (0.001, 200.0), "prefill_layer_us": (0.1, 2000.0),
     "request_ms": (0.1, 1000.0), "request_us_per_token": (0.001, 200.0),
     "request_layer_us": (0.01, 5000.0), "request_moe_layer_us": (0.01, 5000.0),
+    # a dtype's kernel efficiency relative to bf16's
+    "fp8": (0.2, 1.0), "fp4": (0.2, 1.0),
 }
 HUBER = 0.15  # error beyond which a residual counts linearly (outlier rows)
 
@@ -75,6 +80,8 @@ HUBER = 0.15  # error beyond which a residual counts linearly (outlier rows)
 def _get(c: AnalyticalConstants, key: str) -> float:
     if "." in key:
         name, field = key.split(".", 1)
+        if name in LEVELS:
+            return float(getattr(c, name)[field])
         return float(getattr(c.backends[name], field))
     return float(getattr(c, key))
 

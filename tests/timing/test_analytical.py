@@ -12,6 +12,7 @@ from servesim.errors import ReplayError
 from servesim.payload import RoleArgs, TimingArgs
 from servesim.timing import make_timer
 from servesim.timing.analytical import (
+    AnalyticalConstants,
     AnalyticalTimer,
     Curve,
     build_geometry,
@@ -184,6 +185,23 @@ def test_request_latency_is_outside_the_passes() -> None:
     assert fast_t.request_ms(0) >= 0.0
 
 
+def test_a_dtypes_kernel_level_prices_only_its_own_gemms() -> None:
+    # the fit tunes one dtype's level at a time, for dense and for expert GEMMs apart
+    base = load_constants()
+    slow = base.with_values(**{"moe_quant_level.fp8": base.moe_quant_level["fp8"] / 2})
+    assert slow.quant_level == base.quant_level
+
+    def prefill_ms(c: AnalyticalConstants, model: str, quant: str) -> float:
+        geo = build_geometry(load_model(model), load_gpu("h100_sxm"), tensor=8,
+                             gemm_quant=quant, moe_quant=quant)
+        return AnalyticalTimer(geo, c).prefill_ms(1, 8192, 0)
+
+    moe, dense = "deepseek-ai/DeepSeek-R1", "meta-llama/Meta-Llama-3.1-70B"
+    assert prefill_ms(slow, moe, "fp8") > prefill_ms(base, moe, "fp8")
+    assert prefill_ms(slow, moe, "bf16") == prefill_ms(base, moe, "bf16")
+    assert prefill_ms(slow, dense, "fp8") == prefill_ms(base, dense, "fp8")
+
+
 def test_each_touched_expert_costs_time() -> None:
     base = load_constants()
     geo = build_geometry(load_model("Qwen/Qwen3-30B-A3B"), load_gpu("h100_sxm"))
@@ -263,8 +281,9 @@ def test_the_busiest_expert_parallel_rank_sets_the_moe_time() -> None:
     # Same GPUs and experts: sharded by expert (EP8) or by slice (moe-TP8). At a few tokens
     # a pass, routing leaves some EP rank with about twice the mean touched experts, so
     # EP is slower; with thousands of tokens every rank is loaded alike.
-    # (the fixed per-expert cost, which favours few whole experts per GPU, is set aside)
-    c = load_constants().with_values(expert_us=0.0)
+    # (the fixed per-expert cost, which favours few whole experts per GPU, and the
+    # activation copies, which favour expert sharding, are set aside)
+    c = load_constants().with_values(expert_us=0.0, moe_act_passes=0.0)
 
     def moe(**kw: object) -> AnalyticalTimer:
         geo = build_geometry(load_model("deepseek-ai/DeepSeek-R1"), load_gpu("b200_sxm"),
@@ -277,6 +296,32 @@ def test_the_busiest_expert_parallel_rank_sets_the_moe_time() -> None:
     assert small > 1.1
     assert large < small
     assert large == pytest.approx(1.0, rel=0.1)
+
+
+def test_each_gpu_moves_the_activations_of_the_token_expert_pairs_it_computes() -> None:
+    # A prompt's token-expert pairs have their hidden-size activations permuted into the
+    # experts' layout and combined back. With experts sliced over eight GPUs (moe-TP8)
+    # every GPU computes a slice of every pair and moves all of them; with whole experts
+    # spread over eight GPUs (EP8) each GPU moves only the pairs routed to it.
+    base = load_constants().with_values(expert_us=0.0, moe_act_passes=0.0)
+    copies = base.with_values(moe_act_passes=8.0)
+
+    def extra_ms(tokens: int, **kw: object) -> float:
+        geo = build_geometry(load_model("deepseek-ai/DeepSeek-R1"), load_gpu("b200_sxm"),
+                             tensor=8, **kw)  # type: ignore[arg-type]
+        return 1e3 * (AnalyticalTimer(geo, copies)._moe_s(tokens)
+                      - AnalyticalTimer(geo, base)._moe_s(tokens))
+
+    # 16,384 tokens x 8 experts x 7,168 x 2 bytes x 8 copies: 15 GB, some 2 ms at 8 TB/s
+    assert 1.0 < extra_ms(16384, moe_tensor=8) < 4.0
+    # twice the tokens, twice the bytes
+    assert extra_ms(16384, moe_tensor=8) == pytest.approx(
+        2 * extra_ms(8192, moe_tensor=8), rel=0.05)
+    # EP8 moves about an eighth of the pairs (a little more on its busiest GPU)
+    ratio = extra_ms(16384, moe_expert=8) / extra_ms(16384, moe_tensor=8)
+    assert 1 / 8 <= ratio < 1 / 6
+    # a decode step of a few tokens moves next to nothing
+    assert extra_ms(8, moe_tensor=8) < 0.01
 
 
 def test_a_long_prompts_all_reduce_moves_each_byte_faster_than_a_decode_steps() -> None:

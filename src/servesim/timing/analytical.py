@@ -9,7 +9,11 @@ plus communication and fixed overheads:
 - **Routed experts**: compute for ``T * k`` token-expert pairs (balanced over expert-parallel
   ranks); weight traffic only for the experts actually touched,
   ``E * (1 - (1 - k/E) ** T)`` under uniform routing. With attention data parallelism the
-  experts see the tokens of every rank.
+  experts see the tokens of every rank. Each token-expert pair's hidden-size activations
+  are also moved through memory several times (permuted into the experts' layout, read by
+  the grouped GEMMs, written back and combined): a fitted number of copies per pair on
+  the GPU that computes it, so tensor-sharded experts move every pair on every GPU and
+  expert-sharded ones only their own.
 - **Attention**: decode reads every cached token's KV once per layer (MLA reads the latent);
   prefill carries the causal quadratic term ``((s + p)**2 - p**2) / 2`` query-key pairs per
   chunk of ``s`` new tokens after ``p`` cached ones; sliding-window layers cap the context.
@@ -38,9 +42,10 @@ plus communication and fixed overheads:
 
 Efficiencies ``u_c``/``u_m`` are interpolated curves of the operator size (tokens per GEMM,
 bytes per layer, prompt length), shaped from published measurements and scaled by a few
-fitted constants shipped in ``timing/data/analytical_constants.json``. The formulas are the
-same on every GPU: only the GPU's datasheet numbers (peak FLOPs per dtype, memory bandwidth,
-links) change.
+fitted constants shipped in ``timing/data/analytical_constants.json`` (among them each
+weight dtype's kernel efficiency relative to bf16, for dense and for expert GEMMs). The
+formulas are the same on every GPU: only the GPU's datasheet numbers (peak FLOPs per
+dtype, memory bandwidth, links) change.
 
 Everything that does not depend on the batch is computed once when the timer is built;
 :meth:`AnalyticalTimer.prefill_ms` and :meth:`AnalyticalTimer.decode_ms` are O(1).
@@ -185,7 +190,8 @@ class AnalyticalConstants:
     mem_curve: Curve  # HBM efficiency vs bytes moved by one layer's operator
     prefill_attn_curve_b1: Curve  # causal attention efficiency vs context, one request
     prefill_attn_curve_b16: Curve  # same, sixteen requests or more
-    quant_level: Mapping[str, float]  # compute efficiency of a dtype relative to bf16
+    # compute efficiency of a dtype's kernels relative to bf16's (fp8 and fp4 fitted)
+    quant_level: Mapping[str, float]
     moe_quant_level: Mapping[str, float]
     decode_attn_compute: float  # compute efficiency of decode attention (rarely binding)
     linear_compute: float  # compute efficiency of linear-attention / SSM kernels
@@ -199,6 +205,7 @@ class AnalyticalConstants:
     allreduce_us: float
     backends: Mapping[str, BackendOverheads]
     expert_us: float = 0.0  # per touched routed expert per MoE layer
+    moe_act_passes: float = 0.0  # hidden-size activation copies moved per token-expert pair
     provenance: Mapping[str, Any] = attrs.field(factory=dict, eq=False)
 
     def overheads(self, backend: str) -> BackendOverheads:
@@ -208,14 +215,21 @@ class AnalyticalConstants:
         return found
 
     def with_values(self, **values: float) -> AnalyticalConstants:
-        """A copy with some scalar constants replaced (``backend.field`` keys allowed)."""
-        plain = {k: v for k, v in values.items() if "." not in k}
+        """A copy with some scalar constants replaced (``backend.field`` keys allowed, and
+        ``quant_level.mode`` / ``moe_quant_level.mode`` for one dtype's level)."""
+        plain: dict[str, Any] = {k: v for k, v in values.items() if "." not in k}
         backends = dict(self.backends)
+        levels = {"quant_level": dict(self.quant_level),
+                  "moe_quant_level": dict(self.moe_quant_level)}
         for key, value in values.items():
             if "." in key:
                 name, field = key.split(".", 1)
-                backends[name] = attrs.evolve(backends[name], **{field: value})
-        return attrs.evolve(self, backends=backends, **plain)  # type: ignore[arg-type]
+                if name in levels:
+                    levels[name][field] = value
+                    plain[name] = levels[name]
+                else:
+                    backends[name] = attrs.evolve(backends[name], **{field: value})
+        return attrs.evolve(self, backends=backends, **plain)
 
     def to_json(self) -> dict[str, Any]:
         def curve(c: Curve) -> list[list[float]]:
@@ -231,11 +245,11 @@ class AnalyticalConstants:
                 "prefill_attention_batch16": curve(self.prefill_attn_curve_b16),
                 "link": curve(self.link_curve),
             },
-            "quant_level": dict(self.quant_level),
-            "moe_quant_level": dict(self.moe_quant_level),
             "decode_attention_compute": self.decode_attn_compute,
             "linear_attention_compute": self.linear_compute,
             "fitted": {
+                "quant_level": dict(self.quant_level),
+                "moe_quant_level": dict(self.moe_quant_level),
                 "gemm_scale": self.gemm_scale,
                 "moe_scale": self.moe_scale,
                 "mem_scale": self.mem_scale,
@@ -243,6 +257,7 @@ class AnalyticalConstants:
                 "kv_scale": self.kv_scale,
                 "allreduce_us": self.allreduce_us,
                 "expert_us": self.expert_us,
+                "moe_act_passes": self.moe_act_passes,
                 "backends": {k: attrs.asdict(v) for k, v in self.backends.items()},
             },
         }
@@ -258,8 +273,8 @@ class AnalyticalConstants:
             prefill_attn_curve_b1=Curve.from_points(curves["prefill_attention_batch1"]),
             prefill_attn_curve_b16=Curve.from_points(curves["prefill_attention_batch16"]),
             link_curve=Curve.from_points(curves["link"]),
-            quant_level={str(k): float(v) for k, v in data["quant_level"].items()},
-            moe_quant_level={str(k): float(v) for k, v in data["moe_quant_level"].items()},
+            quant_level={str(k): float(v) for k, v in fitted["quant_level"].items()},
+            moe_quant_level={str(k): float(v) for k, v in fitted["moe_quant_level"].items()},
             decode_attn_compute=float(data["decode_attention_compute"]),
             linear_compute=float(data["linear_attention_compute"]),
             gemm_scale=float(fitted["gemm_scale"]),
@@ -269,6 +284,7 @@ class AnalyticalConstants:
             kv_scale=float(fitted["kv_scale"]),
             allreduce_us=float(fitted["allreduce_us"]),
             expert_us=float(fitted.get("expert_us", 0.0)),
+            moe_act_passes=float(fitted.get("moe_act_passes", 0.0)),
             backends={
                 str(k): BackendOverheads(**{f: float(x) for f, x in v.items()})
                 for k, v in fitted["backends"].items()
@@ -645,6 +661,7 @@ class AnalyticalTimer:
         "_moe_c",
         "_moe_layers",
         "_over",
+        "_pair_bytes",
         "_request_layers_ms",
         "_standalone",
         "_weight_floor_s",
@@ -668,6 +685,7 @@ class AnalyticalTimer:
         self._lin_c = c.linear_compute
         self._ar_s = c.allreduce_us * 1e-6
         self._expert_s = c.expert_us * 1e-6
+        self._pair_bytes = g.hidden * ACT_BYTES * c.moe_act_passes
         try:
             self._over = c.overheads(g.backend)
         except KeyError:
@@ -726,7 +744,9 @@ class AnalyticalTimer:
         so both counts are the expected maximum over the ``ep`` ranks (mean plus
         :func:`_max_z` standard deviations of the binomial count): at a few tokens per
         pass one rank often holds twice the mean number of touched experts, while large
-        batches balance out.
+        batches balance out. Each of the rank's pairs also moves ``moe_act_passes`` copies
+        of its hidden-size activations through memory (permutation and combine), whatever
+        the slice of the expert the rank holds.
         """
         g = self._geo
         if g.experts == 0 or tokens <= 0:
@@ -744,7 +764,8 @@ class AnalyticalTimer:
         per_expert = pairs / g.experts
         flops = 2.0 * rank_pairs * g.expert_elems
         compute = flops / (g.moe_peak * self._moe_c(max(per_expert, 1.0)))
-        return max(compute, self._mem_s(touched * g.expert_bytes)) + touched * self._expert_s
+        return (max(compute, self._mem_s(touched * g.expert_bytes)) + touched * self._expert_s
+                + self._mem_s(rank_pairs * self._pair_bytes))
 
     def _lm_head_s(self, tokens: float) -> float:
         g = self._geo
