@@ -57,7 +57,6 @@ OUT = (Path(__file__).resolve().parent.parent / "src" / "servesim" / "timing" / 
 GLOBAL = ("gemm_scale", "moe_scale", "mem_scale", "attn_scale", "kv_scale", "allreduce_us",
           "expert_us", "moe_act_passes", "quant_level.fp8", "quant_level.fp4",
           "moe_quant_level.fp8", "moe_quant_level.fp4")
-LEVELS = ("quant_level", "moe_quant_level")
 PER_BACKEND = ("step_ms", "layer_us", "moe_layer_us", "decode_req_us", "prefill_req_ms",
                "prefill_layer_us", "request_ms", "request_us_per_token", "request_layer_us",
                "request_moe_layer_us")
@@ -75,15 +74,6 @@ BOUNDS = {
     "fp8": (0.2, 1.0), "fp4": (0.2, 1.0),
 }
 HUBER = 0.15  # error beyond which a residual counts linearly (outlier rows)
-
-
-def _get(c: AnalyticalConstants, key: str) -> float:
-    if "." in key:
-        name, field = key.split(".", 1)
-        if name in LEVELS:
-            return float(getattr(c, name)[field])
-        return float(getattr(c.backends[name], field))
-    return float(getattr(c, key))
 
 
 def _mape(errors: list[float]) -> float:
@@ -233,7 +223,7 @@ def fit(base: AnalyticalConstants, items: list[Item], keys: list[str], ttft_weig
     def loss(res: list[float], w: list[float]) -> float:
         return sum(wi * ri * ri for wi, ri in zip(w, res, strict=True))
 
-    x = clamp([math.log(max(_get(base, k), 1e-9)) for k in keys])
+    x = clamp([math.log(max(base.value(k), 1e-9)) for k in keys])
     res = residuals(x)
     lam = 1e-2
     step = 0.03
@@ -332,10 +322,10 @@ def main() -> int:
     keys = [*GLOBAL, *(f"{b}.{f}" for b in BACKENDS for f in PER_BACKEND)]
     best = fit(base, items, keys, args.ttft_weight, args.iterations, error=args.error)
     report(best, items)
-    at_bound = [k for k in keys if any(math.isclose(_get(best, k), v, rel_tol=1e-6)
+    at_bound = [k for k in keys if any(math.isclose(best.value(k), v, rel_tol=1e-6)
                                        for v in BOUNDS[k.split(".")[-1]])]
     if at_bound:
-        print("at a bound: " + ", ".join(f"{k}={_get(best, k):g}" for k in at_bound))
+        print("at a bound: " + ", ".join(f"{k}={best.value(k):g}" for k in at_bound))
     data = best.to_json()
     data["provenance"] = {
         "fitted_by": "bench/fit_timing.py",

@@ -186,9 +186,10 @@ def test_request_latency_is_outside_the_passes() -> None:
 
 
 def test_a_dtypes_kernel_level_prices_only_its_own_gemms() -> None:
-    # the fit tunes one dtype's level at a time, for dense and for expert GEMMs apart
+    # the fit sets each dtype's level by key, for dense and for expert GEMMs apart
     base = load_constants()
-    slow = base.with_values(**{"moe_quant_level.fp8": base.moe_quant_level["fp8"] / 2})
+    slow = base.with_values(**{"moe_quant_level.fp8": base.value("moe_quant_level.fp8") / 2})
+    assert slow.value("moe_quant_level.fp8") == base.moe_quant_level["fp8"] / 2
     assert slow.quant_level == base.quant_level
 
     def prefill_ms(c: AnalyticalConstants, model: str, quant: str) -> float:

@@ -231,6 +231,15 @@ class AnalyticalConstants:
                     backends[name] = attrs.evolve(backends[name], **{field: value})
         return attrs.evolve(self, backends=backends, **plain)
 
+    def value(self, key: str) -> float:
+        """The scalar constant ``key`` names, in :meth:`with_values`' keys."""
+        if "." in key:
+            name, field = key.split(".", 1)
+            if name in ("quant_level", "moe_quant_level"):
+                return float(getattr(self, name)[field])
+            return float(getattr(self.backends[name], field))
+        return float(getattr(self, key))
+
     def to_json(self) -> dict[str, Any]:
         def curve(c: Curve) -> list[list[float]]:
             return [[x, y] for x, y in zip(c.xs, c.ys, strict=True)]
@@ -645,6 +654,8 @@ class AnalyticalTimer:
     """Prices passes of one role with :class:`StepGeometry` and :class:`AnalyticalConstants`."""
 
     __slots__ = (
+        "_a2a_remote",
+        "_allreduces",
         "_ar_s",
         "_attn_c",
         "_classes",
@@ -701,6 +712,24 @@ class AnalyticalTimer:
         # every layer's overhead in each forward pass and in a request's set-up, MoE
         # layers' extra kernels included
         self._moe_layers = moe_layers = sum(cls.count for cls in g.classes if cls.moe)
+        # Attention data parallelism spreads the tokens over the ranks, so an MoE layer
+        # dispatches and combines them with all-to-all; under attention tensor
+        # parallelism every GPU already holds every token and the experts' partial
+        # outputs (expert- or tensor-sharded alike) are summed by the same all-reduce as
+        # a dense MLP's.
+        a2a_moe = bool(g.experts) and g.attention_data > 1
+        # all-reduces per forward: one after the mixer, one after the MLP (unless
+        # all-to-all combines it)
+        self._allreduces = 0 if g.tensor <= 1 else sum(
+            cls.count * ((1 if cls.mixer != "none" else 0)
+                         + (1 if not cls.moe or not a2a_moe or g.moe_expert == 1 else 0))
+            for cls in g.classes)
+        # other expert-parallel ranks a token travels to: once to each that holds any of
+        # its top-k experts (and its combined partial result once back), not once per
+        # expert
+        ep = g.moe_expert * g.moe_tensor
+        self._a2a_remote = ((ep - 1) * (1.0 - (1.0 - 1.0 / ep) ** g.topk)
+                            if a2a_moe and ep > 1 else 0.0)
         self._mixers = self._attention_layers()
         # a sparse attention layer's indexer launches as many kernels again as the rest of
         # the layer (projections, normalisation, RoPE, key quantisation and caching, FP8
@@ -779,26 +808,11 @@ class AnalyticalTimer:
         total = 0.0
         msg = tokens * g.hidden * ACT_BYTES
         eff = self._link
-        # Attention data parallelism spreads the tokens over the ranks, so an MoE layer
-        # dispatches and combines them with all-to-all; under attention tensor
-        # parallelism every GPU already holds every token and the experts' partial
-        # outputs (expert- or tensor-sharded alike) are summed by the same all-reduce as
-        # a dense MLP's.
-        a2a_moe = bool(g.experts) and g.attention_data > 1
-        if g.tensor > 1:
-            ar = lat + 2.0 * msg * (g.tensor - 1) / g.tensor / (g.tp_link_bw * eff(msg))
-            for cls in self._classes:
-                # one after the mixer, one after the MLP (unless all-to-all combines it)
-                n = (1 if cls.mixer != "none" else 0) + (
-                    1 if not cls.moe or not a2a_moe or g.moe_expert == 1 else 0
-                )
-                total += cls.count * n * ar
-        ep = g.moe_expert * g.moe_tensor
-        if a2a_moe and ep > 1:
-            # a token travels once to each other rank that holds any of its top-k
-            # experts (and its combined partial result once back), not once per expert
-            remote = (ep - 1) * (1.0 - (1.0 - 1.0 / ep) ** g.topk)
-            a2a_bytes = tokens * remote * g.hidden * ACT_BYTES
+        if self._allreduces:
+            total += self._allreduces * (
+                lat + 2.0 * msg * (g.tensor - 1) / g.tensor / (g.tp_link_bw * eff(msg)))
+        if self._a2a_remote:
+            a2a_bytes = tokens * self._a2a_remote * g.hidden * ACT_BYTES
             a2a = lat + a2a_bytes / (g.ep_link_bw * eff(a2a_bytes))
             total += self._moe_layers * 2 * a2a
         if g.pipeline > 1:
