@@ -43,7 +43,12 @@ plus communication and fixed overheads:
 Efficiencies ``u_c``/``u_m`` are interpolated curves of the operator size (tokens per GEMM,
 bytes per layer, prompt length), shaped from published measurements and scaled by a few
 fitted constants shipped in ``timing/data/analytical_constants.json`` (among them each
-weight dtype's kernel efficiency relative to bf16, for dense and for expert GEMMs). The
+weight dtype's kernel efficiency relative to bf16, for dense and for expert GEMMs). FP8
+GEMMs have a curve of their own: in aiconfigurator's measured H100 tables (n = k = 8192)
+bf16 kernels fall from 82% of their peak at 1,024 tokens to 68% at 16,384 while fp8 ones
+hold 62-73%. So the fp8 curve is the bf16 one up to 1,024 tokens, where the measured
+ratio is flat (0.76-0.77) and the fitted fp8 level carries it, and rises with the measured
+ratio beyond (x1.06 at 4,096 tokens, x1.4 at 16,384). The
 formulas are the same on every GPU: only the GPU's datasheet numbers (peak FLOPs per
 dtype, memory bandwidth, links) change.
 
@@ -186,6 +191,8 @@ class AnalyticalConstants:
     """Shipped efficiency curves (shapes) and the fitted scales and overheads."""
 
     gemm_curve: Curve  # compute efficiency of a bf16 GEMM vs tokens (m)
+    # the same for FP8 kernels, before their level: they keep their efficiency at large m
+    gemm_fp8_curve: Curve
     moe_curve: Curve  # compute efficiency of a grouped expert GEMM vs tokens per expert
     mem_curve: Curve  # HBM efficiency vs bytes moved by one layer's operator
     prefill_attn_curve_b1: Curve  # causal attention efficiency vs context, one request
@@ -248,6 +255,7 @@ class AnalyticalConstants:
             "provenance": dict(self.provenance),
             "curves": {
                 "gemm": curve(self.gemm_curve),
+                "gemm_fp8": curve(self.gemm_fp8_curve),
                 "moe": curve(self.moe_curve),
                 "memory": curve(self.mem_curve),
                 "prefill_attention_batch1": curve(self.prefill_attn_curve_b1),
@@ -277,6 +285,7 @@ class AnalyticalConstants:
         fitted = data["fitted"]
         return cls(
             gemm_curve=Curve.from_points(curves["gemm"]),
+            gemm_fp8_curve=Curve.from_points(curves["gemm_fp8"]),
             moe_curve=Curve.from_points(curves["moe"]),
             mem_curve=Curve.from_points(curves["memory"]),
             prefill_attn_curve_b1=Curve.from_points(curves["prefill_attention_batch1"]),
@@ -640,14 +649,18 @@ def _max_z(ranks: int) -> float:
     return statistics.NormalDist().inv_cdf((ranks - 0.375) / (ranks + 0.25))
 
 
+def _kind(quant: str) -> str:
+    """Kernel class of ``quant``'s GEMMs: 4-bit weights are one class (``fp4``), on FP4
+    tensor cores or dequantised to bf16 (weight-only kernels: every int4 mode, and FP4
+    formats on GPUs without FP4); the others are their tensor-core dtype."""
+    nbytes, kind = _QUANT.get(quant, (2.0, "bf16"))
+    return "fp4" if nbytes < 1 else kind
+
+
 def _level(table: Mapping[str, float], quant: str) -> float:
     """Compute efficiency of ``quant``'s GEMM kernels relative to bf16: by mode name, else
-    by class. 4-bit weights are one class (``fp4``), on FP4 tensor cores or dequantised to
-    bf16 (weight-only kernels: every int4 mode, and FP4 formats on GPUs without FP4)."""
-    nbytes, kind = _QUANT.get(quant, (2.0, "bf16"))
-    if nbytes < 1:
-        kind = "fp4"
-    return table.get(quant, table.get(kind, 1.0))
+    by kernel class (:func:`_kind`)."""
+    return table.get(quant, table.get(_kind(quant), 1.0))
 
 
 class AnalyticalTimer:
@@ -686,7 +699,8 @@ class AnalyticalTimer:
         c = constants
         g = geometry
         self._geo = g
-        self._gemm_c = c.gemm_curve.scaled(c.gemm_scale * _level(c.quant_level, g.gemm_quant))
+        gemm_curve = c.gemm_fp8_curve if _kind(g.gemm_quant) == "fp8" else c.gemm_curve
+        self._gemm_c = gemm_curve.scaled(c.gemm_scale * _level(c.quant_level, g.gemm_quant))
         self._moe_c = c.moe_curve.scaled(c.moe_scale * _level(c.moe_quant_level, g.moe_quant))
         self._mem = c.mem_curve.scaled(c.mem_scale)
         self._link = c.link_curve
