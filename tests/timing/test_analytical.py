@@ -95,6 +95,22 @@ def test_weight_only_4bit_kernels_share_one_efficiency() -> None:
     assert int4.decode_ms(1, 1024, 1024, 0) < bf16.decode_ms(1, 1024, 1024, 0)
 
 
+def test_fp8_weights_without_fp8_tensor_cores_run_bf16_kernels() -> None:
+    # An A100 has no FP8 tensor cores: FP8 weights are dequantised into bf16 GEMMs, which
+    # run at bf16's efficiency and only read half the bytes. On an H100 they run FP8 ones.
+    def prefill_and_decode(gpu: str, quant: str) -> tuple[float, float]:
+        t = _timer("meta-llama/Meta-Llama-3.1-70B", gpu, tensor=8, gemm_quant=quant)
+        return t.prefill_ms(8, 4096, 0), t.decode_ms(1, 1024, 1024, 0)
+
+    (fp8_prefill, fp8_decode), (bf16_prefill, bf16_decode) = (
+        prefill_and_decode("a100_sxm", q) for q in ("fp8", "bf16"))
+    assert _timer("Qwen/Qwen3-32B", "a100_sxm", gemm_quant="fp8").geometry.gemm_kernel == "bf16"
+    assert fp8_prefill == pytest.approx(bf16_prefill, rel=0.02)
+    assert fp8_decode < bf16_decode
+    h100_fp8, h100_bf16 = (prefill_and_decode("h100_sxm", q)[0] for q in ("fp8", "bf16"))
+    assert h100_fp8 < h100_bf16
+
+
 def test_prefill_quadratic_term_is_visible() -> None:
     # Same new tokens, longer cached prefix: only attention grows, linearly in the prefix.
     t = _timer(tensor=2)

@@ -197,7 +197,8 @@ class AnalyticalConstants:
     mem_curve: Curve  # HBM efficiency vs bytes moved by one layer's operator
     prefill_attn_curve_b1: Curve  # causal attention efficiency vs context, one request
     prefill_attn_curve_b16: Curve  # same, sixteen requests or more
-    # compute efficiency of a dtype's kernels relative to bf16's (fp8 and fp4 fitted)
+    # compute efficiency of each kernel class (bf16, fp8, int8, fp4: see _kernel) relative
+    # to bf16's; fp8 and fp4 fitted
     quant_level: Mapping[str, float]
     moe_quant_level: Mapping[str, float]
     decode_attn_compute: float  # compute efficiency of decode attention (rarely binding)
@@ -223,7 +224,7 @@ class AnalyticalConstants:
 
     def with_values(self, **values: float) -> AnalyticalConstants:
         """A copy with some scalar constants replaced (``backend.field`` keys allowed, and
-        ``quant_level.mode`` / ``moe_quant_level.mode`` for one dtype's level)."""
+        ``quant_level.<class>`` / ``moe_quant_level.<class>`` for one kernel class's level)."""
         plain: dict[str, Any] = {k: v for k, v in values.items() if "." not in k}
         backends = dict(self.backends)
         levels = {"quant_level": dict(self.quant_level),
@@ -365,6 +366,9 @@ class StepGeometry:
     mem_bw: float
     gemm_quant: str
     moe_quant: str
+    # kernel class each GEMM kind runs (see _kernel): its dtype level and curve
+    gemm_kernel: str
+    moe_kernel: str
     tp_link_bw: float
     ep_link_bw: float
     pp_link_bw: float
@@ -404,14 +408,17 @@ def _fail(role_path: tuple[str, ...], message: str, hint: str | None = None) -> 
     )
 
 
-def _peak(gpu: GpuSpec, kind: str) -> tuple[float, str]:
-    if kind == "fp4" and gpu.fp4_flops:
-        return gpu.fp4_flops, "fp4"
-    if kind == "fp8" and gpu.fp8_flops:
-        return gpu.fp8_flops, "fp8"
-    if kind == "int8" and gpu.int8_flops:
-        return gpu.int8_flops, "int8"
-    return gpu.bf16_flops, "bf16"
+def _kernel(gpu: GpuSpec, quant: str) -> tuple[float, str]:
+    """Peak FLOP/s and kernel class of ``quant``'s GEMMs on ``gpu``: the tensor cores of
+    the weights' dtype, or bf16 ones where the GPU has none (weight-only kernels that
+    dequantise to bf16). 4-bit weights are one class, ``fp4``, either way: FP4 tensor
+    cores and the 4-bit weight-only kernels (every int4 mode, FP4 formats on GPUs without
+    FP4) share one efficiency level."""
+    nbytes, kind = _QUANT[quant]
+    peak = {"fp4": gpu.fp4_flops, "fp8": gpu.fp8_flops, "int8": gpu.int8_flops}.get(kind)
+    if not peak:
+        peak, kind = gpu.bf16_flops, "bf16"
+    return peak, "fp4" if nbytes < 1 else kind
 
 
 def _quant_of_bytes(nbytes: float) -> str:
@@ -481,8 +488,8 @@ def build_geometry(
 
     wbytes, gq = resolve(gemm_quant, model.weight_dtype_bytes)
     ebytes, mq = resolve(moe_quant, model.expert_weight_dtype_bytes)
-    gemm_peak, _ = _peak(gpu, _QUANT[gq][1])
-    moe_peak, _ = _peak(gpu, _QUANT[mq][1])
+    gemm_peak, gemm_kernel = _kernel(gpu, gq)
+    moe_peak, moe_kernel = _kernel(gpu, mq)
 
     # per-layer weight elements
     params = parameter_count(model)
@@ -549,7 +556,7 @@ def build_geometry(
                         "cannot price its indexer")
         index_flops = 2.0 * index_heads * index_dim
         index_bytes = index_dim + 4.0
-        index_peak = _peak(gpu, "fp8")[0]
+        index_peak = _kernel(gpu, "fp8")[0]
 
     # experts
     experts = model.num_experts
@@ -597,6 +604,8 @@ def build_geometry(
         mem_bw=gpu.mem_bw,
         gemm_quant=gq,
         moe_quant=mq,
+        gemm_kernel=gemm_kernel,
+        moe_kernel=moe_kernel,
         tp_link_bw=link(tensor),
         ep_link_bw=link(moe_expert * moe_tensor),
         pp_link_bw=gpu.inter_node_bw if tensor * pipeline > nodes_gpus else gpu.intra_node_bw,
@@ -649,20 +658,6 @@ def _max_z(ranks: int) -> float:
     return statistics.NormalDist().inv_cdf((ranks - 0.375) / (ranks + 0.25))
 
 
-def _kind(quant: str) -> str:
-    """Kernel class of ``quant``'s GEMMs: 4-bit weights are one class (``fp4``), on FP4
-    tensor cores or dequantised to bf16 (weight-only kernels: every int4 mode, and FP4
-    formats on GPUs without FP4); the others are their tensor-core dtype."""
-    nbytes, kind = _QUANT.get(quant, (2.0, "bf16"))
-    return "fp4" if nbytes < 1 else kind
-
-
-def _level(table: Mapping[str, float], quant: str) -> float:
-    """Compute efficiency of ``quant``'s GEMM kernels relative to bf16: by mode name, else
-    by kernel class (:func:`_kind`)."""
-    return table.get(quant, table.get(_kind(quant), 1.0))
-
-
 class AnalyticalTimer:
     """Prices passes of one role with :class:`StepGeometry` and :class:`AnalyticalConstants`."""
 
@@ -699,9 +694,11 @@ class AnalyticalTimer:
         c = constants
         g = geometry
         self._geo = g
-        gemm_curve = c.gemm_fp8_curve if _kind(g.gemm_quant) == "fp8" else c.gemm_curve
-        self._gemm_c = gemm_curve.scaled(c.gemm_scale * _level(c.quant_level, g.gemm_quant))
-        self._moe_c = c.moe_curve.scaled(c.moe_scale * _level(c.moe_quant_level, g.moe_quant))
+        # each kernel class's compute efficiency relative to bf16's
+        gemm_curve = c.gemm_fp8_curve if g.gemm_kernel == "fp8" else c.gemm_curve
+        self._gemm_c = gemm_curve.scaled(c.gemm_scale * c.quant_level.get(g.gemm_kernel, 1.0))
+        self._moe_c = c.moe_curve.scaled(
+            c.moe_scale * c.moe_quant_level.get(g.moe_kernel, 1.0))
         self._mem = c.mem_curve.scaled(c.mem_scale)
         self._link = c.link_curve
         self._curve_b1 = c.prefill_attn_curve_b1.scaled(c.attn_scale)
