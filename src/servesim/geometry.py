@@ -367,6 +367,7 @@ def default_kv_blocks(
     kv_bytes_per_token: int,
     block_size: int,
     weight_dtype_bytes: float | None = None,
+    expert_dtype_bytes: float | None = None,
 ) -> tuple[int, dict[str, int], str]:
     """G1 blocks per attention-DP rank for ``capacity.type = "default"`` (spec §3.3).
 
@@ -386,6 +387,7 @@ def default_kv_blocks(
         moe_tensor=moe_tensor,
         moe_expert=moe_expert,
         weight_dtype_bytes=weight_dtype_bytes,
+        expert_dtype_bytes=expert_dtype_bytes,
     )
     activations = activation_bytes(model, tensor=tensor, max_batched_tokens=max_batched_tokens)
     runtime = gpu.other_mem

@@ -35,6 +35,10 @@ class TimingArgs:
     prefill_ms: float | None = bounded(0, L.STEP_MS)
     decode_ms: float | None = bounded(0, L.STEP_MS)
     path: str | None = None  # table timing: CSV file
+    # default timing: weight precision of the dense GEMMs and of the routed experts, as
+    # the analytical model names them (None: the checkpoint's own)
+    gemm_quant: str | None = None
+    moe_quant: str | None = None
 
 
 @attrs.frozen

@@ -16,7 +16,7 @@ HEAD = '[engine]\nmodel = "Qwen/Qwen3-32B"\nhardware = "h200_sxm"\n'
 AGG = "[engine.workers.aggregated]\n"
 ENGINE_KEYS = ("model, hardware, workers, mode, backend, backend_version, context_length, "
                "kv_transfer, speculation, nextn, nextn_accepted, enable_chunked_prefill, "
-               "kvcache_quant_mode, gemm_quant_mode, afd, engine, options")
+               "kvcache_quant_mode, gemm_quant_mode, moe_quant_mode, afd, engine, options")
 KV_KEYS = ("block_size, prefix_caching, bytes_per_token, capacity, state_cache, "
            "prefix_match_unit, host_offload, g3_offload")
 

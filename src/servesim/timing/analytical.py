@@ -976,13 +976,10 @@ def _role_path(role: RoleArgs) -> tuple[str, ...]:
 
 
 def timer_from_role(
-    role: RoleArgs,
-    *,
-    gemm_quant: str | None = None,
-    moe_quant: str | None = None,
-    constants: AnalyticalConstants | None = None,
+    role: RoleArgs, *, constants: AnalyticalConstants | None = None
 ) -> AnalyticalTimer:
-    """The analytical timer of ``role`` (model and GPU from the catalog)."""
+    """The analytical timer of ``role`` (model and GPU from the catalog, weight precision
+    from ``role.timing``)."""
     path = _role_path(role)
     try:
         model = load_model(role.model)
@@ -1010,8 +1007,8 @@ def timer_from_role(
         moe_tensor=role.moe_tensor,
         moe_expert=role.moe_expert,
         kv_bytes_per_token=role.kv_bytes_per_token,
-        gemm_quant=gemm_quant,
-        moe_quant=moe_quant,
+        gemm_quant=role.timing.gemm_quant,
+        moe_quant=role.timing.moe_quant,
         path=path,
     )
     return AnalyticalTimer(geometry, constants or load_constants())

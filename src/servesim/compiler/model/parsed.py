@@ -157,6 +157,7 @@ class Engine:
     enable_chunked_prefill: bool | None = None
     kvcache_quant_mode: QuantMode | None = None
     gemm_quant_mode: QuantMode | None = None
+    moe_quant_mode: QuantMode | None = None
     afd: dict[str, Any] | None = None  # not supported: diagnosed by the parse pass
     # the replay engine by registered name (default: "vllm", or "disagg" in disaggregated
     # mode) and its own options, structured by the engine's Options class

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from pathlib import Path as PathLike
 from typing import Any, Literal, TypeVar
 
+import attrs
+
 from servesim import catalog, geometry
 from servesim.compiler.context import CompileContext
 from servesim.compiler.model.parsed import (
@@ -101,6 +103,9 @@ def resolve_geometry(cfg: ParsedConfig, ctx: CompileContext) -> ResolvedConfig:
                      "\"bfloat16\", \"float16\", \"float32\", \"fp8\" or \"int8\"")
             model = None
     speculation = _speculation(rec, e)
+    workers = [w for w in (e.workers.aggregated, e.workers.prefill, e.workers.decode) if w]
+    weights = _weight_quant(rec, e, model, any(
+        ((w.timing or Timing()).type or "default") == "default" for w in workers))
     roles: dict[str, RoleArgs] = {}
     metadata: dict[str, Any] = {}
     for name in ("aggregated", "prefill", "decode"):
@@ -114,8 +119,8 @@ def resolve_geometry(cfg: ParsedConfig, ctx: CompileContext) -> ResolvedConfig:
                       hw_name, catalog.load_gpu)
         if model is None or gpu is None:
             continue
-        role, meta = _resolve_role(rec, name, worker, e, backend, model, gpu, speculation, path,
-                                   ctx.base_dir)
+        role, meta = _resolve_role(rec, name, worker, e, backend, model, gpu, speculation,
+                                   weights, path, ctx.base_dir)
         if role is not None:
             roles[name] = role
             metadata[name] = meta
@@ -176,7 +181,7 @@ def mtp_acceptance_rates(nextn: int, accepted: float) -> tuple[float, ...]:
 
 def _resolve_role(rec: _Recorder, name: str, w: Worker, e: Engine, backend: Backend,
                   model: catalog.ModelInfo, gpu: catalog.GpuSpec,
-                  speculation: SpeculationArgs | None, path: Path,
+                  speculation: SpeculationArgs | None, weights: _WeightQuant, path: Path,
                   base_dir: PathLike | None = None,
                   ) -> tuple[RoleArgs | None, dict[str, Any]]:
     par = w.parallelism or Parallelism()
@@ -273,7 +278,8 @@ def _resolve_role(rec: _Recorder, name: str, w: Worker, e: Engine, backend: Back
                 memory_fraction=fraction,
                 cuda_graph_reserved_bytes=cap.cuda_graph_reserved_bytes or 0,
                 kv_bytes_per_token=bytes_per_token, block_size=block_size,
-                weight_dtype_bytes=_weight_dtype_bytes(e.gemm_quant_mode))
+                weight_dtype_bytes=_weight_dtype_bytes(e.gemm_quant_mode),
+                expert_dtype_bytes=_weight_dtype_bytes(e.moe_quant_mode))
         except geometry.GeometryError as exc:
             rec.fail(cpath, "no-kv-budget", str(exc))  # the message names the remedies
             return None, meta
@@ -328,8 +334,15 @@ def _resolve_role(rec: _Recorder, name: str, w: Worker, e: Engine, backend: Back
     if table is not None and base_dir is not None and not PathLike(table).is_absolute():
         table = str(base_dir / table)  # like a trace path: relative to the config's folder
         rec.note((*path, "timing", "path"), "derived", f"{t.path} relative to the config's folder")
-    timing = TimingArgs(type=rec.pick((*path, "timing", "type"), t.type, "default"),
-                        prefill_ms=t.prefill_ms, decode_ms=t.decode_ms, path=table)
+    timing_type = rec.pick((*path, "timing", "type"), t.type, "default")
+    gemm_quant = moe_quant = None
+    if timing_type == "default":
+        gemm_quant, moe_quant = weights.gemm, weights.moe
+        for key, why in (("gemm_quant", weights.gemm_why), ("moe_quant", weights.moe_why)):
+            rec.note((*path, "timing", key), "derived" if why.startswith("engine.")
+                     else "defaulted", why)
+    timing = TimingArgs(type=timing_type, prefill_ms=t.prefill_ms, decode_ms=t.decode_ms,
+                        path=table, gemm_quant=gemm_quant, moe_quant=moe_quant)
     startup = rec.pick((*path, "startup_seconds"), w.startup_seconds, 0.0)
     role = RoleArgs(
         worker_type=name,  # type: ignore[arg-type]
@@ -362,6 +375,55 @@ def _formula(lines: tuple[str, ...], name: str) -> str:
         if line.startswith(name) or f" {name} " in line:
             return line
     return "; ".join(lines)
+
+
+# Weight dtypes of the config -> the names the analytical (default) timing prices.
+_TIMING_QUANT = {"bfloat16": "bf16", "float16": "fp16", "fp8": "fp8", "fp8_block": "fp8_block",
+                 "int8": "int8", "nvfp4": "nvfp4"}
+
+
+@attrs.frozen
+class _WeightQuant:
+    """Weight precision the default timing prices (None: the checkpoint's), and why."""
+
+    gemm: str | None = None
+    moe: str | None = None
+    gemm_why: str = ""
+    moe_why: str = ""
+
+
+def _weight_quant(rec: _Recorder, e: Engine, model: catalog.ModelInfo | None,
+                  priced: bool) -> _WeightQuant:
+    """The dense GEMMs follow ``engine.gemm_quant_mode``; the routed experts follow
+    ``engine.moe_quant_mode``, else the GEMM mode, except that experts the checkpoint stores
+    narrower than its other weights (gpt-oss's MXFP4) keep their own format, as the
+    memory estimate does. ``priced``: some role uses the default timing, which refuses
+    float32 weights."""
+    def name(key: str) -> str | None:
+        mode = getattr(e, key)
+        if mode is None or mode == "auto":
+            return None
+        if mode not in _TIMING_QUANT:
+            if priced:
+                rec.fail(("engine", key), "timing-unsupported",
+                         f"the default timing prices {', '.join(_TIMING_QUANT)} weights, "
+                         f"not {mode}",
+                         hint='choose one of those or timing.type = "table" / "fixed"')
+            return None
+        return _TIMING_QUANT[mode]
+
+    gemm = name("gemm_quant_mode")
+    gemm_why = (f"engine.gemm_quant_mode {e.gemm_quant_mode!r}" if gemm
+                else "the checkpoint's weight precision")
+    if model is not None and not model.is_moe:
+        moe, moe_why = None, "no routed experts"
+    elif e.moe_quant_mode not in (None, "auto"):
+        moe, moe_why = name("moe_quant_mode"), f"engine.moe_quant_mode {e.moe_quant_mode!r}"
+    elif gemm and model is not None and model.expert_weight_dtype_bytes >= model.weight_dtype_bytes:
+        moe, moe_why = gemm, f"engine.gemm_quant_mode {e.gemm_quant_mode!r} (the experts follow it)"
+    else:
+        moe, moe_why = None, "the checkpoint's expert precision"
+    return _WeightQuant(gemm, moe, gemm_why, moe_why)
 
 
 def _weight_dtype_bytes(gemm_quant_mode: str | None) -> float | None:
