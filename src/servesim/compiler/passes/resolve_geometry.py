@@ -189,6 +189,15 @@ def _resolve_role(rec: _Recorder, name: str, w: Worker, e: Engine, backend: Back
     shape = {k: rec.pick((*pp, k), getattr(par, k), 1)
              for k in ("replicas", "tensor", "pipeline", "attention_data", "moe_tensor",
                        "moe_expert")}
+    # moe_tensor x moe_expert repartition the attention GPUs (tensor x attention_data); left
+    # at 1 x 1, the experts are split tensor-parallel over all of them, as vLLM does. The
+    # memory estimate, the timing and the payload all read this one resolved shape.
+    attention_gpus = shape["tensor"] * shape["attention_data"]
+    if model.is_moe and attention_gpus > 1 and shape["moe_tensor"] * shape["moe_expert"] == 1:
+        shape["moe_tensor"] = attention_gpus
+        rec.note((*pp, "moe_tensor"), "derived",
+                 f"tensor x attention_data = {attention_gpus}: with moe_tensor x moe_expert "
+                 "left at 1, the experts are split tensor-parallel over the attention GPUs")
     sch = w.scheduler or Scheduler()
     sp: Path = (*path, "scheduler")
     max_batched_tokens = rec.pick(
@@ -273,7 +282,7 @@ def _resolve_role(rec: _Recorder, name: str, w: Worker, e: Engine, backend: Back
         try:
             num_blocks, breakdown, formula = geometry.default_kv_blocks(
                 model, gpu, backend=backend, tensor=shape["tensor"],
-                pipeline=shape["pipeline"], moe_tensor=_expert_shards(shape),
+                pipeline=shape["pipeline"], moe_tensor=shape["moe_tensor"],
                 moe_expert=shape["moe_expert"], max_batched_tokens=max_batched_tokens,
                 memory_fraction=fraction,
                 cuda_graph_reserved_bytes=cap.cuda_graph_reserved_bytes or 0,
@@ -356,17 +365,6 @@ def _resolve_role(rec: _Recorder, name: str, w: Worker, e: Engine, backend: Back
         max_model_len=max_model_len, prefix_match_unit=kv.prefix_match_unit, state_cache=state,
         timing=timing, speculation=speculation, startup_seconds=float(startup))
     return role, meta
-
-
-def _expert_shards(shape: dict[str, int]) -> int:
-    """MoE-TP width for weight placement: unset MoE parallelism shards experts like attention.
-
-    ``moe_tensor`` x ``moe_expert`` repartition the attention GPUs (tensor x attention_data);
-    left at 1 x 1, the experts are split tensor-parallel over all of them, as vLLM does.
-    """
-    if shape["moe_tensor"] * shape["moe_expert"] == 1:
-        return shape["tensor"] * shape["attention_data"]
-    return shape["moe_tensor"]
 
 
 def _formula(lines: tuple[str, ...], name: str) -> str:
