@@ -103,7 +103,8 @@ def resolve_geometry(cfg: ParsedConfig, ctx: CompileContext) -> ResolvedConfig:
                      "\"bfloat16\", \"float16\", \"float32\", \"fp8\" or \"int8\"")
             model = None
     speculation = _speculation(rec, e)
-    workers = [w for w in (e.workers.aggregated, e.workers.prefill, e.workers.decode) if w]
+    workers = [w for w in (e.workers.aggregated, e.workers.prefill, e.workers.decode)
+               if w is not None]
     weights = _weight_quant(rec, e, model, any(
         ((w.timing or Timing()).type or "default") == "default" for w in workers))
     roles: dict[str, RoleArgs] = {}
