@@ -9,7 +9,7 @@ import pytest
 
 from servesim.catalog import load_gpu, load_model
 from servesim.errors import ReplayError
-from servesim.payload import RoleArgs, TimingArgs
+from servesim.payload import RoleArgs, SpeculationArgs, TimingArgs
 from servesim.timing import make_timer
 from servesim.timing.analytical import (
     AnalyticalConstants,
@@ -109,6 +109,22 @@ def test_fp8_weights_without_fp8_tensor_cores_run_bf16_kernels() -> None:
     assert fp8_decode < bf16_decode
     h100_fp8, h100_bf16 = (prefill_and_decode("h100_sxm", q)[0] for q in ("fp8", "bf16"))
     assert h100_fp8 < h100_bf16
+
+
+def test_a_speculative_decode_pass_verifies_every_draft() -> None:
+    # MTP with 3 drafts: each of 8 requests computes 4 tokens per pass over its context.
+    # Dearer than 8 plain decodes, cheaper than 32 requests' (which read 4x the KV cache).
+    llama = dict(model="meta-llama/Meta-Llama-3.1-70B", hardware="h200_sxm", tensor=8,
+                 kv_bytes_per_token=2 * 1 * 128 * 80 * 2)  # one KV head per GPU, bf16
+    mtp = timer_from_role(_role(**llama, speculation=SpeculationArgs(
+        kind="mtp", num_speculative_tokens=3, acceptance_rates=(1.0, 1.0, 0.5))))
+    plain = timer_from_role(_role(**llama))
+    assert mtp.geometry.decode_queries == 4
+    ctx = 4096
+    assert (plain.decode_ms(8, 8 * ctx, ctx, 0) < mtp.decode_ms(8, 8 * ctx, ctx, 0)
+            < plain.decode_ms(32, 32 * ctx, ctx, 0))
+    # prompt work is not speculative
+    assert mtp.prefill_ms(2, 2048, 0) == plain.prefill_ms(2, 2048, 0)
 
 
 def test_prefill_quadratic_term_is_visible() -> None:

@@ -27,6 +27,10 @@ plus communication and fixed overheads:
   Beyond its latency, a collective reaches a fraction of the link bandwidth that grows
   with its message: measured custom all-reduces on H100 and B200 reach 20% of the ring
   bound at 128 KB, 40% at 1 MB and 65% at 16 MB; NCCL's large messages come closer.
+- **Speculative decoding**: a decode pass is the verification forward of each request's
+  drafts, so it computes ``1 + drafts`` tokens per request through the GEMMs, experts and
+  collectives, as many attention queries over a context whose KV is read once. Drafting
+  itself is not priced (the replay's sampler has no draft model).
 - **Overheads**: per pass, per layer, per MoE layer, per decoding request and per
   prefilling request; these are backend (software-stack) constants. An MoE layer runs
   more kernels than a dense one (router, top-k, token permutation, grouped GEMMs and their
@@ -400,6 +404,9 @@ class StepGeometry:
     index_flops: float = 0.0
     index_bytes: float = 0.0
     index_peak: float = 0.0
+    # tokens a decoding request computes per pass: 1, plus its drafts under speculative
+    # decoding (the verification forward)
+    decode_queries: int = 1
 
 
 def _fail(role_path: tuple[str, ...], message: str, hint: str | None = None) -> ReplayError:
@@ -443,6 +450,7 @@ def build_geometry(
     kv_bytes_per_token: int = 0,
     gemm_quant: str | None = None,
     moe_quant: str | None = None,
+    speculative_tokens: int = 0,
     path: tuple[str, ...] = (),
 ) -> StepGeometry:
     """Precompute the batch-independent part of the step model.
@@ -462,6 +470,8 @@ def build_geometry(
     ):
         if value < 1:
             raise _fail(path, f"{name} must be >= 1 for the analytical timing model, got {value}")
+    if speculative_tokens < 0:
+        raise _fail(path, f"speculative_tokens must be >= 0, got {speculative_tokens}")
     la = model.linear_attention
     for kind in set(model.layer_types):
         if kind in ("kda", "gdn", "mamba2") and la is None:
@@ -606,6 +616,7 @@ def build_geometry(
         moe_quant=mq,
         gemm_kernel=gemm_kernel,
         moe_kernel=moe_kernel,
+        decode_queries=1 + speculative_tokens,
         tp_link_bw=link(tensor),
         ep_link_bw=link(moe_expert * moe_tensor),
         pp_link_bw=gpu.inter_node_bw if tensor * pipeline > nodes_gpus else gpu.intra_node_bw,
@@ -933,9 +944,12 @@ class AnalyticalTimer:
         g = self._geo
         o = self._over
         n = float(batch)
-        moe_tokens = n * g.attention_data
-        gemm = self._gemm_s(n, moe_tokens) + self._lm_head_s(n)
-        comm = self._comm_s(n, latency=True)
+        # a verification forward computes every draft's position too: q tokens per request
+        # through the GEMMs, q queries over a context each request's KV is read for once
+        q = g.decode_queries
+        tokens = n * q
+        gemm = self._gemm_s(tokens, tokens * g.attention_data) + self._lm_head_s(tokens)
+        comm = self._comm_s(tokens, latency=True)
         full, sliding, linear = self._mixers
         attn = 0.0
         kv_eff = self.constants.kv_scale
@@ -949,18 +963,18 @@ class AnalyticalTimer:
                 read = n * min(float(mean_context), g.sparse_topk)
                 index = max(g.index_flops * ctx_total / (g.index_peak * self._attn_c),
                             self._mem_s(ctx_total * g.index_bytes) / kv_eff)
-            flops = 2.0 * g.heads_local * g.decode_score_dim * read
+            flops = 2.0 * g.heads_local * g.decode_score_dim * read * q
             nbytes = read * g.kv_bytes_layer
             attn += full * (max(flops / (g.attn_peak * self._attn_c),
                                 self._mem_s(nbytes) / kv_eff) + index)
         if sliding:
             w = float(g.sliding_window or mean_context)
             ctx = n * min(float(mean_context), w)
-            flops = 2.0 * g.heads_local * g.decode_score_dim * ctx
+            flops = 2.0 * g.heads_local * g.decode_score_dim * ctx * q
             attn += sliding * max(flops / (g.attn_peak * self._attn_c),
                                   self._mem_s(ctx * g.kv_bytes_layer) / kv_eff)
         if linear:
-            flops = n * g.linear_flops_per_token
+            flops = tokens * g.linear_flops_per_token
             attn += linear * max(flops / (g.attn_peak * self._lin_c),
                                  self._mem_s(2.0 * n * g.state_bytes))
         fixed = o.step_ms * 1e-3 + self._layers_s + n * o.decode_req_us * 1e-6
@@ -1009,6 +1023,7 @@ def timer_from_role(
         kv_bytes_per_token=role.kv_bytes_per_token,
         gemm_quant=role.timing.gemm_quant,
         moe_quant=role.timing.moe_quant,
+        speculative_tokens=role.speculation.num_speculative_tokens if role.speculation else 0,
         path=path,
     )
     return AnalyticalTimer(geometry, constants or load_constants())
