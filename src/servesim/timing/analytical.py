@@ -961,7 +961,7 @@ class AnalyticalTimer:
             index = 0.0
             if g.sparse_topk:
                 read = n * min(float(mean_context), g.sparse_topk)
-                index = max(g.index_flops * ctx_total / (g.index_peak * self._attn_c),
+                index = max(g.index_flops * ctx_total * q / (g.index_peak * self._attn_c),
                             self._mem_s(ctx_total * g.index_bytes) / kv_eff)
             flops = 2.0 * g.heads_local * g.decode_score_dim * read * q
             nbytes = read * g.kv_bytes_layer
