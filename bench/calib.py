@@ -43,6 +43,7 @@ from servesim.engines.kernel.requests import RequestRecord, RequestSpec
 from servesim.engines.vllm import AggregatedReplay
 from servesim.errors import ServesimError
 from servesim.geometry import (
+    WEIGHT_QUANT,
     GeometryError,
     default_kv_blocks,
     default_token_budget,
@@ -358,9 +359,7 @@ def _worker(row: Row, worker_type: str, par: dict[str, int],
             model, gpu, backend=backend, tensor=tp, attention_data=dp,
             moe_tensor=moe_tp, moe_expert=moe_ep,
             kv_bytes_per_token=kv_bpt, gemm_quant=gemm, moe_quant=moe)
-        from servesim.timing.analytical import _QUANT
-
-        wbytes = _QUANT[gemm][0] if gemm in _QUANT else None
+        wbytes = WEIGHT_QUANT[gemm][0] if gemm in WEIGHT_QUANT else None
         budget = default_token_budget(backend, dp)
         blocks, _, _ = default_kv_blocks(
             model, gpu, backend=backend, tensor=tp, pipeline=1,  # type: ignore[arg-type]

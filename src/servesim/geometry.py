@@ -247,6 +247,25 @@ def parameter_count(model: ModelInfo) -> ParameterCount:
     )
 
 
+# Weight precisions of GEMM / MoE weights: bytes per weight, scales included, and the tensor
+# cores that compute with them. A GPU without those falls back to bf16 ones (weight-only
+# kernels that dequantise), which is what serving stacks do on such GPUs. The memory
+# estimate and the analytical timing both read this table.
+WEIGHT_QUANT: dict[str, tuple[float, str]] = {
+    "bf16": (2.0, "bf16"),
+    "fp16": (2.0, "bf16"),
+    "fp8": (1.0, "fp8"),
+    "fp8_block": (1.0 + 4 / (128 * 128), "fp8"),  # one fp32 scale per 128x128 block
+    "int8": (1.0, "int8"),
+    "nvfp4": (0.5 + 1 / 16, "fp4"),  # 4-bit values + one fp8 scale per 16 weights
+    "mxfp4": (0.5 + 1 / 32, "fp4"),
+    "fp4": (0.5 + 1 / 16, "fp4"),
+    "int4": (0.5 + 1 / 64, "bf16"),
+    "int4_wo": (0.5 + 1 / 64, "bf16"),  # weight-only int4 (w4a16)
+    "w4a16": (0.5 + 1 / 64, "bf16"),
+}
+
+
 def weight_bytes_per_gpu(
     model: ModelInfo,
     *,

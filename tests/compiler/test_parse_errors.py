@@ -278,13 +278,16 @@ def test_quant_mode_that_is_no_kv_dtype(mode: str) -> None:
         "\"bfloat16\", \"float16\", \"float32\", \"fp8\" or \"int8\" [unsupported-kv-dtype]"]
 
 
-def test_block_fp8_weights_weigh_one_byte() -> None:
+def test_block_fp8_weights_weigh_one_byte_and_their_scales() -> None:
     def weights(mode: str) -> int:
         payload = compile_text(HEAD + f'gemm_quant_mode = "{mode}"\n' + AGG, registry=REGISTRY)
         value: int = payload.provenance["capacity"]["aggregated"]["weights"]
         return value
 
-    assert weights("fp8_block") == weights("fp8") == weights("auto") // 2
+    # one fp32 scale per 128 x 128 block; NVFP4 one fp8 scale per 16 weights
+    assert weights("fp8") == weights("auto") // 2
+    assert weights("fp8") < weights("fp8_block") == pytest.approx(weights("fp8"), rel=1e-3)
+    assert weights("nvfp4") == pytest.approx(weights("auto") * (0.5 + 1 / 16) / 2, rel=1e-6)
 
 
 # --- missing keys and many errors at once -----------------------------------------------------

@@ -89,7 +89,7 @@ from servesim.catalog import (
     load_model,
 )
 from servesim.errors import Diagnostic, ReplayError
-from servesim.geometry import GeometryError, parameter_count
+from servesim.geometry import WEIGHT_QUANT, GeometryError, parameter_count
 from servesim.geometry import kv_bytes_per_token as _kv_bytes_per_token
 from servesim.payload import RoleArgs
 
@@ -107,29 +107,6 @@ __all__ = [
 CONSTANTS_RESOURCE = "analytical_constants.json"
 ACT_BYTES = 2  # activations and all-reduce payloads travel in bf16
 LINEAR_CHUNK = 64  # tokens per chunk of chunked linear-attention / SSM prefill kernels
-
-# Quantization modes of GEMM / MoE weights: bytes per weight and the tensor-core peak used.
-# "compute" names the GpuSpec peak; a GPU without that peak falls back to bf16 (weight-only
-# dequantisation kernels), which is what serving stacks do on such GPUs.
-_QUANT: dict[str, tuple[float, str]] = {
-    "bf16": (2.0, "bf16"),
-    "fp16": (2.0, "bf16"),
-    "fp8": (1.0, "fp8"),
-    "fp8_block": (1.0 + 1 / 64, "fp8"),  # 128x128 blocks with fp32 scales, rounded up
-    "int8": (1.0, "int8"),
-    "nvfp4": (0.5 + 1 / 16, "fp4"),  # 4-bit values + one fp8 scale per 16 weights
-    "mxfp4": (0.5 + 1 / 32, "fp4"),
-    "fp4": (0.5 + 1 / 16, "fp4"),
-    "int4": (0.5 + 1 / 64, "bf16"),
-    "int4_wo": (0.5 + 1 / 64, "bf16"),  # weight-only int4 (w4a16)
-    "w4a16": (0.5 + 1 / 64, "bf16"),
-}
-
-
-def quant_modes() -> tuple[str, ...]:
-    """The quantization mode names ``gemm_quant`` / ``moe_quant`` accept."""
-    return tuple(sorted(_QUANT))
-
 
 # ---------------------------------------------------------------------------------------------
 # Curves and constants
@@ -421,7 +398,7 @@ def _kernel(gpu: GpuSpec, quant: str) -> tuple[float, str]:
     dequantise to bf16). 4-bit weights are one class, ``fp4``, either way: FP4 tensor
     cores and the 4-bit weight-only kernels (every int4 mode, FP4 formats on GPUs without
     FP4) share one efficiency level."""
-    nbytes, kind = _QUANT[quant]
+    nbytes, kind = WEIGHT_QUANT[quant]
     peak = {"fp4": gpu.fp4_flops, "fp8": gpu.fp8_flops, "int8": gpu.int8_flops}.get(kind)
     if not peak:
         peak, kind = gpu.bf16_flops, "bf16"
@@ -455,10 +432,11 @@ def build_geometry(
 ) -> StepGeometry:
     """Precompute the batch-independent part of the step model.
 
-    ``gemm_quant`` / ``moe_quant`` override the checkpoint's weight precision (see
-    :func:`quant_modes`); by default non-expert weights use ``model.weight_dtype_bytes``
-    and routed experts ``model.expert_weight_dtype_bytes``. ``kv_bytes_per_token`` is the
-    role's per-GPU KV bytes per token over all attention layers (0: the model dtype).
+    ``gemm_quant`` / ``moe_quant`` override the checkpoint's weight precision (the names of
+    ``servesim.geometry.WEIGHT_QUANT``); by default non-expert weights use
+    ``model.weight_dtype_bytes`` and routed experts ``model.expert_weight_dtype_bytes``.
+    ``kv_bytes_per_token`` is the role's per-GPU KV bytes per token over all attention
+    layers (0: the model dtype).
     Raises :class:`ReplayError` naming what the model lacks for this model.
     """
     for name, value in (
@@ -491,10 +469,10 @@ def build_geometry(
             q = _quant_of_bytes(default_bytes)
             return default_bytes, q
         key = mode.strip().lower()
-        if key not in _QUANT:
+        if key not in WEIGHT_QUANT:
             raise _fail(path, f"unknown weight quantization {mode!r}; expected one of "
-                        + ", ".join(quant_modes()))
-        return _QUANT[key][0], key
+                        + ", ".join(sorted(WEIGHT_QUANT)))
+        return WEIGHT_QUANT[key][0], key
 
     wbytes, gq = resolve(gemm_quant, model.weight_dtype_bytes)
     ebytes, mq = resolve(moe_quant, model.expert_weight_dtype_bytes)

@@ -425,14 +425,14 @@ def _weight_quant(rec: _Recorder, e: Engine, model: catalog.ModelInfo | None,
     return _WeightQuant(gemm, moe, gemm_why, moe_why)
 
 
-def _weight_dtype_bytes(gemm_quant_mode: str | None) -> float | None:
-    if gemm_quant_mode is None or gemm_quant_mode == "auto":
+def _weight_dtype_bytes(quant_mode: str | None) -> float | None:
+    """Bytes per weight of a config precision, scales included (None: the checkpoint's),
+    from the table the timing prices them with."""
+    if quant_mode is None or quant_mode == "auto":
         return None
-    if gemm_quant_mode == "nvfp4":
-        return 0.5
-    if gemm_quant_mode == "fp8_block":  # block-scaled FP8: one byte per weight
-        return 1.0
-    return catalog.dtype_name_bytes(gemm_quant_mode)
+    if quant_mode in _TIMING_QUANT:
+        return geometry.WEIGHT_QUANT[_TIMING_QUANT[quant_mode]][0]
+    return catalog.dtype_name_bytes(quant_mode)
 
 
 def _kv_transfer(rec: _Recorder, e: Engine, roles: dict[str, RoleArgs]) -> KvTransferArgs | None:
