@@ -376,8 +376,9 @@ def _formula(lines: tuple[str, ...], name: str) -> str:
     return "; ".join(lines)
 
 
-# Weight dtypes of the config -> the names the analytical (default) timing prices.
-_TIMING_QUANT = {"bfloat16": "bf16", "float16": "fp16", "fp8": "fp8", "fp8_block": "fp8_block",
+# Weight dtypes of the config -> their names in geometry.WEIGHT_QUANT (bytes and kernels),
+# which the memory estimate and the default timing read.
+_QUANT_NAMES = {"bfloat16": "bf16", "float16": "fp16", "fp8": "fp8", "fp8_block": "fp8_block",
                  "int8": "int8", "nvfp4": "nvfp4"}
 
 
@@ -402,14 +403,14 @@ def _weight_quant(rec: _Recorder, e: Engine, model: catalog.ModelInfo | None,
         mode = getattr(e, key)
         if mode is None or mode == "auto":
             return None
-        if mode not in _TIMING_QUANT:
+        if mode not in _QUANT_NAMES:
             if priced:
                 rec.fail(("engine", key), "timing-unsupported",
-                         f"the default timing prices {', '.join(_TIMING_QUANT)} weights, "
+                         f"the default timing prices {', '.join(_QUANT_NAMES)} weights, "
                          f"not {mode}",
                          hint='choose one of those or timing.type = "table" / "fixed"')
             return None
-        return _TIMING_QUANT[mode]
+        return _QUANT_NAMES[mode]
 
     gemm = name("gemm_quant_mode")
     gemm_why = (f"engine.gemm_quant_mode {e.gemm_quant_mode!r}" if gemm
@@ -430,8 +431,8 @@ def _weight_dtype_bytes(quant_mode: str | None) -> float | None:
     from the table the timing prices them with."""
     if quant_mode is None or quant_mode == "auto":
         return None
-    if quant_mode in _TIMING_QUANT:
-        return geometry.WEIGHT_QUANT[_TIMING_QUANT[quant_mode]][0]
+    if quant_mode in _QUANT_NAMES:
+        return geometry.WEIGHT_QUANT[_QUANT_NAMES[quant_mode]][0]
     return catalog.dtype_name_bytes(quant_mode)
 
 
