@@ -266,6 +266,15 @@ WEIGHT_QUANT: dict[str, tuple[float, str]] = {
 }
 
 
+def expert_weight_bytes(model: ModelInfo, weight_dtype_bytes: float) -> float:
+    """Bytes per routed-expert weight when the other weights take ``weight_dtype_bytes``:
+    the same, unless the checkpoint stores its experts narrower than its other weights
+    (gpt-oss's MXFP4), which they keep while that is narrower still."""
+    if model.expert_weight_dtype_bytes < model.weight_dtype_bytes:
+        return min(weight_dtype_bytes, model.expert_weight_dtype_bytes)
+    return weight_dtype_bytes
+
+
 def weight_bytes_per_gpu(
     model: ModelInfo,
     *,
@@ -294,12 +303,8 @@ def weight_bytes_per_gpu(
     wbytes = model.weight_dtype_bytes if weight_dtype_bytes is None else weight_dtype_bytes
     if wbytes <= 0:
         raise GeometryError(f"weight_dtype_bytes must be positive, got {wbytes!r}")
-    if expert_dtype_bytes is not None:
-        ebytes = expert_dtype_bytes
-    elif model.expert_weight_dtype_bytes < model.weight_dtype_bytes:
-        ebytes = min(wbytes, model.expert_weight_dtype_bytes)
-    else:
-        ebytes = wbytes
+    ebytes = (expert_dtype_bytes if expert_dtype_bytes is not None
+              else expert_weight_bytes(model, wbytes))
     params = parameter_count(model)
     dense_bytes = params.non_expert * wbytes / (tensor * pipeline)
     expert_bytes = params.routed_experts * ebytes / (moe_tensor * moe_expert * pipeline)

@@ -448,8 +448,6 @@ def build_geometry(
     ):
         if value < 1:
             raise _fail(path, f"{name} must be >= 1 for the analytical timing model, got {value}")
-    if speculative_tokens < 0:
-        raise _fail(path, f"speculative_tokens must be >= 0, got {speculative_tokens}")
     la = model.linear_attention
     for kind in set(model.layer_types):
         if kind in ("kda", "gdn", "mamba2") and la is None:

@@ -396,9 +396,9 @@ def _weight_quant(rec: _Recorder, e: Engine, model: catalog.ModelInfo | None,
                   priced: bool) -> _WeightQuant:
     """The dense GEMMs follow ``engine.gemm_quant_mode``; the routed experts follow
     ``engine.moe_quant_mode``, else the GEMM mode, except that experts the checkpoint stores
-    narrower than its other weights (gpt-oss's MXFP4) keep their own format, as the
-    memory estimate does. ``priced``: some role uses the default timing, which refuses
-    float32 weights."""
+    narrower than its other weights (gpt-oss's MXFP4) keep their own format: the memory
+    estimate's rule (:func:`geometry.expert_weight_bytes`). ``priced``: some role uses the
+    default timing, which refuses float32 weights."""
     def name(key: str) -> str | None:
         mode = getattr(e, key)
         if mode is None or mode == "auto":
@@ -419,7 +419,8 @@ def _weight_quant(rec: _Recorder, e: Engine, model: catalog.ModelInfo | None,
         moe, moe_why = None, "no routed experts"
     elif e.moe_quant_mode not in (None, "auto"):
         moe, moe_why = name("moe_quant_mode"), f"engine.moe_quant_mode {e.moe_quant_mode!r}"
-    elif gemm and model is not None and model.expert_weight_dtype_bytes >= model.weight_dtype_bytes:
+    elif gemm and model is not None and geometry.expert_weight_bytes(
+            model, geometry.WEIGHT_QUANT[gemm][0]) == geometry.WEIGHT_QUANT[gemm][0]:
         moe, moe_why = gemm, f"engine.gemm_quant_mode {e.gemm_quant_mode!r} (the experts follow it)"
     else:
         moe, moe_why = None, "the checkpoint's expert precision"
