@@ -26,10 +26,12 @@ import os
 import sys
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import attrs
 import calib
 
 from servesim.engines.kernel.requests import RequestRecord
@@ -73,8 +75,9 @@ def load_runs(path: Path = DATA) -> list[Run]:
                 for r in csv.DictReader(f)]
 
 
-def replay(run: Run) -> float | str:
-    """Output tokens per second per GPU of ``run``'s replay, or why it cannot be replayed."""
+def replay(run: Run, max_batch: int = 0) -> float | str:
+    """Output tokens per second per GPU of ``run``'s replay (at most ``max_batch``
+    sequences per rank if set), or why it cannot be replayed."""
     row = calib.Row(
         id=run.label, backend="trtllm", system=run.system, model=run.model, mode="agg",
         isl=run.isl, osl=run.osl, concurrency=run.requests, tp=run.tp, dp=run.dp, moe_tp=1,
@@ -85,10 +88,13 @@ def replay(run: Run) -> float | str:
     except calib.Unsupported as exc:
         return str(exc)
     assert isinstance(s, calib.Setup)
+    role = s.role
+    if max_batch:
+        role = attrs.evolve(role, max_sequences=min(role.max_sequences, max_batch))
     records: list[RequestRecord] = []
     # every request at once, exactly OSL tokens each
     load = calib.BenchmarkLoop(run.isl, run.osl, run.requests, run.requests, spread=0.0)
-    AggregatedReplay(s.role, AnalyticalTimer(s.geometry, load_constants()), load,
+    AggregatedReplay(role, AnalyticalTimer(s.geometry, load_constants()), load,
                      records.append, None).run()
     done = [r for r in records if r.status == "completed" and r.token_times]
     if len(done) < run.requests:
@@ -102,11 +108,14 @@ def main() -> int:
     ap.add_argument("--data", type=Path, default=DATA)
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                     help="runs replayed at once, one process each (default: every core)")
+    ap.add_argument("--max-batch", type=int, default=0,
+                    help="sequences per rank at most (default: the TensorRT-LLM default the "
+                         "calibration replays use, 2048, and what the KV cache holds)")
     args = ap.parse_args()
     runs = load_runs(args.data)
     started = time.perf_counter()
     with concurrent.futures.ProcessPoolExecutor(args.jobs) as pool:
-        results = list(pool.map(replay, runs))
+        results = list(pool.map(partial(replay, max_batch=args.max_batch), runs))
     print(f"{'published':>10} {'replayed':>9} {'ratio':>6}  output tok/s/GPU, run")
     errors: dict[str, list[float]] = {}
     for run, res in zip(runs, results, strict=True):
