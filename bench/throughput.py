@@ -1,7 +1,8 @@
 """Maximum throughput of the default (analytical) timing against TensorRT-LLM's published
 table.
 
-    .venv/bin/python bench/throughput.py       # every row, about a minute compiled
+    .venv/bin/python bench/throughput.py                  # every run, seconds
+    .venv/bin/python bench/throughput.py --max-batch 256  # at most 256 sequences per rank
 
 Each row of bench/data/trtllm_max_throughput.csv is one published ``trtllm-bench
 throughput`` run: ``requests`` prompts of fixed ISL/OSL queued at once, output tokens per
@@ -9,7 +10,8 @@ second per GPU over the whole run. It is replayed the same way: every request ar
 t=0, the worker (TensorRT-LLM defaults as in the calibration replays: ``calib.setup``,
 FP8 KV cache for these checkpoints) admits as many as its KV cache and batch limit take,
 and the throughput is the output tokens over the time the last one is emitted, divided by
-the worker's GPUs.
+the worker's GPUs. The table does not say what batch limit ``trtllm-bench`` chose for a
+run, and at maximum load the throughput depends on it: ``--max-batch`` sets one.
 
 None of these runs is in the calibration rows, and five are on the H200, a GPU the
 constants were not fitted on: the figures test the fitted model away from its data, at
