@@ -38,3 +38,10 @@ def test_requests_queued_together_share_each_pass() -> None:
 def test_a_run_that_cannot_be_replayed_says_why() -> None:
     reason = throughput.replay(_small(model="no-such/model"))
     assert isinstance(reason, str) and "no-such/model" in reason
+
+
+def test_a_batch_cap_that_binds_lowers_the_throughput() -> None:
+    free = throughput.replay(_small(requests=16))
+    capped = throughput.replay(_small(requests=16), max_batch=2)
+    assert isinstance(free, float) and isinstance(capped, float)
+    assert capped < free / 2
