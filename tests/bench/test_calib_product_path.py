@@ -15,14 +15,16 @@ import calib
 
 from servesim.catalog import load_model
 from servesim.compiler import compile_text
+from servesim.compiler.passes.resolve_geometry import _QUANT_NAMES
 from servesim.geometry import kv_bytes_per_token
 from servesim.plugins.manager import EngineRegistry, get_plugin_manager
 from servesim.timing import make_timer
 from servesim.timing.analytical import AnalyticalTimer, load_constants
 
 REGISTRY = EngineRegistry.collect(get_plugin_manager(load_entrypoints=False))
-# the analytical model's weight precisions -> engine.gemm_quant_mode / moe_quant_mode
-CONFIG_QUANT = {"bf16": "bfloat16", "fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4"}
+# the analytical model's weight precisions -> engine.gemm_quant_mode / moe_quant_mode: the
+# compiler's own map, read backwards
+CONFIG_QUANT = {table: config for config, table in _QUANT_NAMES.items()}
 
 
 def _setups() -> list[calib.Setup]:
