@@ -31,7 +31,7 @@ import csv
 import math
 import re
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -229,6 +229,17 @@ def load_rows(path: Path = DATA) -> list[Row]:
     return rows
 
 
+# The columns that name one measured configuration (the measurements aside).
+CONFIGURATION = ("system", "backend", "version", "model", "gemm_quant", "moe_quant", "isl",
+                 "osl", "tp", "dp", "moe_tp", "moe_ep", "concurrency")
+
+
+def configuration(row: Row, without: Collection[str] = ()) -> tuple[object, ...]:
+    """The row's measured configuration, but for the columns ``without``: rows with equal
+    keys measured the same thing in all other respects."""
+    return tuple(getattr(row, name) for name in CONFIGURATION if name not in without)
+
+
 def inconsistent(rows: Sequence[Row], ratio: float = 0.5) -> list[Row]:
     """Aggregated rows whose TPOT is under ``ratio`` x the TPOT that the same deployment
     (model, GPU, backend, precision, parallelism, ISL and OSL; any source) measured at a
@@ -243,9 +254,7 @@ def inconsistent(rows: Sequence[Row], ratio: float = 0.5) -> list[Row]:
     groups: dict[tuple[object, ...], list[Row]] = {}
     for r in rows:
         if r.mode == "agg" and r.concurrency > 0:
-            key = (r.model, r.system, r.backend, r.gemm_quant, r.moe_quant, r.isl, r.osl,
-                   r.tp, r.dp, r.moe_tp, r.moe_ep)
-            groups.setdefault(key, []).append(r)
+            groups.setdefault(configuration(r, ("version", "concurrency")), []).append(r)
     return [r for group in groups.values() for r in group
             if any(o.concurrency < r.concurrency and r.tpot_ms < ratio * o.tpot_ms
                    for o in group)]
@@ -736,9 +745,7 @@ def holdout(row: Row, folds: int = 5) -> bool:
 LEVELS: tuple[tuple[str, Callable[[Row], tuple[object, ...]]], ...] = (
     ("(GPU, backend, model)", lambda r: (r.system, r.backend, r.model)),
     ("+ backend version", lambda r: (r.system, r.backend, r.model, r.version)),
-    ("+ everything but concurrency", lambda r: (
-        r.system, r.backend, r.model, r.version, r.isl, r.osl, r.tp, r.dp, r.moe_tp,
-        r.moe_ep, r.gemm_quant, r.moe_quant)),
+    ("+ everything but concurrency", lambda r: configuration(r, ("concurrency",))),
 )
 
 

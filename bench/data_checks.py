@@ -1,0 +1,99 @@
+"""Model-free checks of the calibration rows: ratios between measurements that differ in
+one column only.
+
+    .venv/bin/python bench/data_checks.py              # output length, then version
+    .venv/bin/python bench/data_checks.py --column osl --min-pairs 5
+
+For the chosen column (``osl``, ``version``, ``concurrency``, ...) every two aggregated
+rows whose configurations (``calib.configuration``) agree in all other columns make a
+pair; the rows are grouped by GPU, backend, model, the version where the column is not the
+version, and the two values compared. Each line gives the number of pairs and the median
+(lowest-highest) ratio of the second value's TTFT and TPOT to the first's.
+
+What to expect: at the same prompts and concurrency a longer output leaves TTFT alike (the
+same prompt work, a little less often). Once outputs are long enough that prompts seldom
+interrupt decoding (1024 -> 8192 after 1024-token prompts), TPOT stays alike or grows
+(longer contexts to read), so a TPOT ratio well under 1 there is speculative decoding;
+short outputs (128 -> 512) lower TPOT by spreading each prompt's prefill over more
+tokens. A TTFT ratio far from 1 is a setting of the runs that the columns do not record.
+``bench/data/README.md`` discusses what these lines show.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from collections import defaultdict
+from itertools import combinations
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import calib
+
+
+def ratios(rows: list[calib.Row], column: str
+           ) -> dict[tuple[object, ...], list[tuple[float, float]]]:
+    """Per group, one (TTFT, TPOT) ratio for each configuration measured at two values of
+    ``column`` and alike in every other column: the second value's median measurements
+    over the first's (repeated measurements of one configuration count once). Groups are
+    GPU, backend, model, version (unless ``column`` is the version) and the two values,
+    lower first."""
+    if column not in calib.CONFIGURATION:
+        raise ValueError(f"not a configuration column: {column!r}")
+    alike: dict[tuple[object, ...], dict[object, list[calib.Row]]] = defaultdict(
+        lambda: defaultdict(list))
+    for r in rows:
+        if r.mode == "agg" and r.concurrency > 0:
+            alike[calib.configuration(r, (column,))][getattr(r, column)].append(r)
+    out: dict[tuple[object, ...], list[tuple[float, float]]] = defaultdict(list)
+    for by_value in alike.values():
+        for a, b in combinations(sorted(by_value), 2):  # type: ignore[type-var]
+            first, second = by_value[a], by_value[b]
+            group: tuple[object, ...] = (first[0].system, first[0].backend,
+                                         first[0].model.split("/")[-1])
+            if column != "version":
+                group += (first[0].version or "-",)
+            group += (f"{a or '-'} -> {b or '-'}",)
+            out[group].append(
+                (statistics.median(r.ttft_ms for r in second)
+                 / statistics.median(r.ttft_ms for r in first),
+                 statistics.median(r.tpot_ms for r in second)
+                 / statistics.median(r.tpot_ms for r in first)))
+    return out
+
+
+def _spread(values: list[float]) -> str:
+    return f"{statistics.median(values):5.2f} ({min(values):.2f}-{max(values):.2f})"
+
+
+def report(rows: list[calib.Row], column: str, min_pairs: int) -> None:
+    print(f"\n{column}: second value over first{'':34} configs  TTFT ratio        "
+          f"TPOT ratio")
+    for group, found in sorted(ratios(rows, column).items(), key=lambda kv: str(kv[0])):
+        if len(found) < min_pairs:
+            continue
+        label = " / ".join(map(str, group))
+        print(f"  {label[:66]:66} {len(found):5d}  {_spread([t for t, _ in found]):17} "
+              f"{_spread([p for _, p in found])}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--column", action="append", choices=calib.CONFIGURATION,
+                    help="the column the rows of a pair differ in (repeatable; default: "
+                         "osl, then version)")
+    ap.add_argument("--min-pairs", type=int, default=3,
+                    help="leave out groups with fewer configurations measured at both values")
+    ap.add_argument("--data", type=Path, default=calib.DATA,
+                    help="measurements in the calibration CSV's columns")
+    args = ap.parse_args()
+    rows = calib.load_rows(args.data)
+    for column in args.column or ["osl", "version"]:
+        report(rows, column, args.min_pairs)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
