@@ -2,13 +2,13 @@
 one column only.
 
     .venv/bin/python bench/data_checks.py              # output length, then version
-    .venv/bin/python bench/data_checks.py --column osl --min-pairs 5
+    .venv/bin/python bench/data_checks.py --column system --min-configs 1
 
-For the chosen column (``osl``, ``version``, ``concurrency``, ...) every two aggregated
-rows whose configurations (``calib.configuration``) agree in all other columns make a
-pair; the rows are grouped by GPU, backend, model, the version where the column is not the
-version, and the two values compared. Each line gives the number of pairs and the median
-(lowest-highest) ratio of the second value's TTFT and TPOT to the first's.
+For the chosen column (``osl``, ``version``, ``system``, ...) each configuration
+(``calib.configuration``) of the aggregated rows measured at two values of it gives one
+ratio of the second value's TTFT and TPOT to the first's (repeated measurements by their
+median). One line per GPU, backend, model, version (where the column is not the version)
+and the two values: how many configurations, and the median (lowest-highest) ratios.
 
 What to expect: at the same prompts and concurrency a longer output leaves TTFT alike (the
 same prompt work, a little less often). Once outputs are long enough that prompts seldom
@@ -68,11 +68,11 @@ def _spread(values: list[float]) -> str:
     return f"{statistics.median(values):5.2f} ({min(values):.2f}-{max(values):.2f})"
 
 
-def report(rows: list[calib.Row], column: str, min_pairs: int) -> None:
+def report(rows: list[calib.Row], column: str, min_configs: int) -> None:
     print(f"\n{column}: second value over first{'':34} configs  TTFT ratio        "
           f"TPOT ratio")
     for group, found in sorted(ratios(rows, column).items(), key=lambda kv: str(kv[0])):
-        if len(found) < min_pairs:
+        if len(found) < min_configs:
             continue
         label = " / ".join(map(str, group))
         print(f"  {label[:66]:66} {len(found):5d}  {_spread([t for t, _ in found]):17} "
@@ -84,14 +84,14 @@ def main() -> int:
     ap.add_argument("--column", action="append", choices=calib.CONFIGURATION,
                     help="the column the rows of a pair differ in (repeatable; default: "
                          "osl, then version)")
-    ap.add_argument("--min-pairs", type=int, default=3,
-                    help="leave out groups with fewer configurations measured at both values")
+    ap.add_argument("--min-configs", type=int, default=3,
+                    help="leave out lines of fewer configurations")
     ap.add_argument("--data", type=Path, default=calib.DATA,
                     help="measurements in the calibration CSV's columns")
     args = ap.parse_args()
     rows = calib.load_rows(args.data)
     for column in args.column or ["osl", "version"]:
-        report(rows, column, args.min_pairs)
+        report(rows, column, args.min_configs)
     return 0
 
 
