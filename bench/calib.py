@@ -125,8 +125,9 @@ class Row:
     version: str = ""
     # why ``concurrency`` is 0 (unknown), if it is
     load_problem: str = ""
-    # why the measurement is not a steady state (:func:`inconsistent`), if it is not
-    inconsistency: str = ""
+    # why the row is not replayed although it could be: its measurement is not a steady
+    # state (:func:`inconsistent`) or repeats another row's (:func:`repeats`)
+    excluded: str = ""
     # P/D rows: per pool ("prefill", "decode") its workers and each worker's tp, dp,
     # moe_tp and moe_ep; empty for aggregated rows
     pools: dict[str, dict[str, int]] = field(default_factory=dict)
@@ -224,8 +225,10 @@ def load_rows(path: Path = DATA) -> list[Row]:
                 pools=_pools(raw) if raw["mode"] == "disagg" else {},
             ))
     for row in inconsistent(rows):
-        row.inconsistency = ("TPOT under half the same deployment's at a lower concurrency "
-                             "(not a steady state)")
+        row.excluded = ("TPOT under half the same deployment's at a lower concurrency "
+                        "(not a steady state)")
+    for row in repeats(rows):
+        row.excluded = "repeats another row's measurement (counted once)"
     return rows
 
 
@@ -260,6 +263,49 @@ def inconsistent(rows: Sequence[Row], ratio: float = 0.5) -> list[Row]:
                    for o in group)]
 
 
+# Two rows whose TTFT and TPOT agree this closely (ms) carry one measurement: some exports
+# round to two decimals, and no two runs agree to that.
+SAME_MEASUREMENT_MS = 0.005
+
+
+def repeats(rows: Sequence[Row]) -> list[Row]:
+    """Aggregated rows that repeat a measurement another row already carries: the same
+    GPU, backend, precision, parallelism, ISL, OSL and concurrency, and the same TTFT and
+    TPOT (to :data:`SAME_MEASUREMENT_MS`, the rounding of the coarsest export).
+
+    The CSV joins exports of one database that overlap: nearly a quarter of its
+    aggregated rows repeat another's measurement, one export filing DeepSeek-R1 runs (ids
+    ``dsr1_...``) under DeepSeek-V3's model path, or leaving the version out. So that each
+    measurement counts once under its right labels, of each set one row stays: the first
+    whose id names the model it is filed under, then whose version is recorded; the
+    others are returned.
+    """
+    alike: dict[tuple[object, ...], list[list[Row]]] = {}
+    for r in rows:
+        if r.mode != "agg" or r.concurrency < 1 or r.excluded:
+            continue
+        sets = alike.setdefault(configuration(r, ("model", "version")), [])
+        for same in sets:
+            if (abs(same[0].ttft_ms - r.ttft_ms) <= SAME_MEASUREMENT_MS
+                    and abs(same[0].tpot_ms - r.tpot_ms) <= SAME_MEASUREMENT_MS):
+                same.append(r)
+                break
+        else:
+            sets.append([r])
+    def alnum(text: str) -> str:
+        return "".join(c for c in text.lower() if c.isalnum())
+
+    def label_weight(r: Row) -> tuple[bool, bool]:
+        return (alnum(r.model.split("/")[-1]) in alnum(r.id), bool(r.version))
+
+    out = []
+    for sets in alike.values():
+        for same in sets:
+            kept = max(same, key=label_weight)  # the first of the best
+            out += [r for r in same if r is not kept]
+    return out
+
+
 class Unsupported(Exception):
     """A row the simulator cannot replay; the message is the reason."""
 
@@ -291,8 +337,8 @@ def setup(row: Row, *, max_tokens: int, waves: int = WAVES) -> Setup | PdSetup:
     """Roles, geometries and request count for one row (or :class:`Unsupported`)."""
     if row.concurrency < 1:
         raise Unsupported(row.load_problem or "no concurrency recorded")
-    if row.inconsistency:
-        raise Unsupported(row.inconsistency)
+    if row.excluded:
+        raise Unsupported(row.excluded)
     n = _requests(row, max_tokens, waves)
     if row.mode == "agg":
         par = {"workers": 1, "tp": row.tp, "dp": row.dp, "moe_tp": row.moe_tp,

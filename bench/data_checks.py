@@ -5,7 +5,8 @@ one column only.
     .venv/bin/python bench/data_checks.py --column system --min-configs 1
 
 For the chosen column (``osl``, ``version``, ``system``, ...) each configuration
-(``calib.configuration``) of the aggregated rows measured at two values of it gives one
+(``calib.configuration``) of the aggregated rows measured at two values of it (each
+measurement once: rows ``calib.load_rows`` excludes are left out) gives one
 ratio of the second value's TTFT and TPOT to the first's (repeated measurements by their
 median). One line per GPU, backend, model, version (where the column is not the version)
 and the two values: how many configurations, and the median (lowest-highest) ratios.
@@ -45,7 +46,7 @@ def ratios(rows: list[calib.Row], column: str
     alike: dict[tuple[object, ...], dict[object, list[calib.Row]]] = defaultdict(
         lambda: defaultdict(list))
     for r in rows:
-        if r.mode == "agg" and r.concurrency > 0:
+        if r.mode == "agg" and r.concurrency > 0 and not r.excluded:
             alike[calib.configuration(r, (column,))][getattr(r, column)].append(r)
     out: dict[tuple[object, ...], list[tuple[float, float]]] = defaultdict(list)
     for by_value in alike.values():

@@ -42,13 +42,13 @@ def test_only_the_same_deployment_is_compared(change: dict[str, object]) -> None
 
 
 def test_an_inconsistent_row_is_reported_not_replayed() -> None:
-    row = _row(512, 4.7, inconsistency="not a steady state")
+    row = _row(512, 4.7, excluded="not a steady state")
     with pytest.raises(calib.Unsupported, match="not a steady state"):
         calib.setup(row, max_tokens=calib.MAX_TOKENS)
 
 
 def test_the_shipped_rows_flag_only_the_h100_gpt_oss_concurrency_512_rows() -> None:
-    flagged = [r for r in calib.load_rows() if r.inconsistency]
+    flagged = [r for r in calib.load_rows() if r.excluded.startswith("TPOT under half")]
     assert flagged
     assert {(r.system, r.backend, r.model, r.concurrency) for r in flagged} == {
         ("h100_sxm", "vllm", "openai/gpt-oss-120b", 512)}
@@ -105,3 +105,42 @@ def test_the_best_scale_minimises_the_groups_absolute_error(ratios: list[float])
 
     best = cost(calib.best_scale(ratios))
     assert all(best <= cost(k / 100) + 1e-12 for k in range(1, 400))
+
+
+def test_a_measurement_carried_twice_counts_once_under_its_recorded_version() -> None:
+    # one export leaves the version out and names the model differently
+    rows = [_row(64, 10.0, id="a", model="m-v3", version=""),
+            _row(64, 10.0, id="b", model="m-r1", version="0.5.9"),
+            _row(64, 10.0, id="c", model="m-r1", version="0.5.9")]
+    assert [r.id for r in calib.repeats(rows)] == ["a", "c"]
+
+
+def test_an_export_rounded_to_two_decimals_repeats_the_exact_one() -> None:
+    exact = _row(32, 18.513764939850052, id="exact", ttft_ms=208.3183024878963)
+    rounded = _row(32, 18.51, id="rounded", ttft_ms=208.32)
+    assert [r.id for r in calib.repeats([exact, rounded])] == ["rounded"]
+
+
+@pytest.mark.parametrize(("concurrency", "tpot_ms", "change"), [
+    (64, 10.01, {}), (64, 10.0, {"ttft_ms": 100.01}), (32, 10.0, {}), (64, 10.0, {"tp": 8}),
+    (64, 10.0, {"osl": 8192}), (64, 10.0, {"system": "b200_sxm"}),
+    (64, 10.0, {"mode": "disagg"}),
+])
+def test_another_measurement_or_configuration_is_no_repeat(
+        concurrency: int, tpot_ms: float, change: dict[str, object]) -> None:
+    assert calib.repeats([_row(64, 10.0), _row(concurrency, tpot_ms, **change)]) == []
+
+
+def test_a_repeated_row_is_reported_not_replayed() -> None:
+    rows = calib.load_rows()
+    repeated = [r for r in rows if r.excluded.startswith("repeats")]
+    assert repeated
+    with pytest.raises(calib.Unsupported, match="repeats another row's measurement"):
+        calib.setup(repeated[0], max_tokens=calib.MAX_TOKENS)
+
+
+def test_a_repeat_stays_under_the_model_its_id_names() -> None:
+    # one export files a DeepSeek-R1 run under DeepSeek-V3's model path
+    rows = [_row(64, 10.0, id="dsr1_b200_sglang_c64", model="org/DeepSeek-V3", version="1"),
+            _row(64, 10.0, id="x_deepseek_r1_b200_c64", model="org/DeepSeek-R1", version="1")]
+    assert [r.id for r in calib.repeats(rows)] == ["dsr1_b200_sglang_c64"]
