@@ -27,8 +27,10 @@ To tell a level from a shape, the report ends with the MAPE that would be left i
 group of aggregated rows had its own constant factor (``calib.LEVELS``): per (GPU,
 backend, model), per backend version as well, and per everything but the concurrency.
 
-Rows that cannot be simulated (models or GPUs missing from the catalog, no KV budget, too
-many tokens for the budget) are counted with their reason. Errors are
+Rows that are not simulated are counted with their reason: models or GPUs missing from
+the catalog, no KV budget, too many tokens for the budget, a measurement that is not a
+steady state (``calib.inconsistent``), or one that another row already carries
+(``calib.repeats``: each measurement counts once). Errors are
 ``predicted / measured - 1``; MAPE is the mean of their absolute values.
 """
 

@@ -4,11 +4,12 @@
     .venv/bin/python bench/fit_timing.py --dry-run  # fit and print only
     .venv/bin/python bench/fit_timing.py --report   # accuracy of the shipped constants
 
-Rows: the aggregated rows of bench/data/silicon_dev.csv that the catalog can describe
-(disaggregated rows are not used). Prediction per row: what bench/accuracy.py's replay
-gives (``calib.replay``: the benchmark's closed loop through the vLLM engine), computed by
-re-pricing a recording of that replay (``calib.record``; TTFT up to the front end's
-latency), so one constant set costs milliseconds per row instead of a replay.
+Rows: the aggregated rows of bench/data/silicon_dev.csv that the catalog can describe,
+each measurement once (``calib.repeats``; disaggregated rows are not used). Prediction
+per row: what bench/accuracy.py's replay gives (``calib.replay``: the benchmark's closed
+loop through the vLLM engine), computed by re-pricing a recording of that replay
+(``calib.record``; TTFT up to the front end's latency), so one constant set costs
+milliseconds per row instead of a replay.
 ``--fit-rows`` subsamples the fit rows (spread over the partitions) to keep a fit within
 minutes; ``--report`` samples as many rows from both folds.
 
@@ -333,7 +334,8 @@ def main() -> int:
         "rows": f"{len(items)} aggregated rows of bench/data/silicon_dev.csv ("
                 + ("every row" if not args.fit_rows else
                    "a subsample spread over the (GPU, backend, model) partitions")
-                + " that can be replayed; calib.holdout fold excluded)",
+                + " that can be replayed, each measurement once; calib.holdout fold "
+                  "excluded)",
         "prediction": "the benchmark's closed loop replayed through the vLLM engine "
                       "(calib.replay, re-priced from calib.record)",
         "loss": f"Huber ({HUBER}) least squares of the {args.error} TPOT error + "
