@@ -292,18 +292,21 @@ def repeats(rows: Sequence[Row]) -> list[Row]:
                 break
         else:
             sets.append([r])
-    def alnum(text: str) -> str:
-        return "".join(c for c in text.lower() if c.isalnum())
-
-    def label_weight(r: Row) -> tuple[bool, bool]:
-        return (alnum(r.model.split("/")[-1]) in alnum(r.id), bool(r.version))
-
     out = []
     for sets in alike.values():
         for same in sets:
-            kept = max(same, key=label_weight)  # the first of the best
+            kept = max(same, key=_labels_kept)  # the first of the best
             out += [r for r in same if r is not kept]
     return out
+
+
+def _labels_kept(row: Row) -> tuple[bool, bool]:
+    """Which copy of a measurement keeps it: one whose id names the model it is filed
+    under (letters and digits compared), then one whose version is recorded."""
+    def alnum(text: str) -> str:
+        return "".join(c for c in text.lower() if c.isalnum())
+
+    return alnum(row.model.split("/")[-1]) in alnum(row.id), bool(row.version)
 
 
 class Unsupported(Exception):
