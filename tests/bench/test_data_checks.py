@@ -36,6 +36,7 @@ def test_a_configuration_measured_at_two_output_lengths_gives_one_ratio() -> Non
 @pytest.mark.parametrize("change", [
     {"tp": 4}, {"concurrency": 16}, {"isl": 8192}, {"gemm_quant": "nvfp4"},
     {"system": "gb200"}, {"version": "1.1"}, {"mode": "disagg"}, {"concurrency": 0},
+    {"excluded": "repeats another row's measurement (counted once)"},
 ])
 def test_rows_that_differ_in_another_column_are_not_paired(change: dict[str, object]) -> None:
     assert data_checks.ratios([_row(1024, 100.0, 10.0), _row(8192, 90.0, 9.0, **change)],
