@@ -266,6 +266,16 @@ WEIGHT_QUANT: dict[str, tuple[float, str]] = {
 }
 
 
+def unpriced_weight_quant(name: str) -> str | None:
+    """Why the default timing cannot price weights named ``name`` (None: it can). The one
+    rule for the resolved ``timing.gemm_quant`` / ``moe_quant``: run on a payload at compile
+    time and at engine handoff (:mod:`servesim.rules`) and by the timing model itself."""
+    if name in WEIGHT_QUANT:
+        return None
+    return (f"the default timing cannot price {name} weights (it prices "
+            f"{', '.join(sorted(WEIGHT_QUANT))})")
+
+
 def expert_weight_bytes(model: ModelInfo, weight_dtype_bytes: float) -> float:
     """Bytes per routed-expert weight when the other weights take ``weight_dtype_bytes``:
     the same, unless the checkpoint stores its experts narrower than its other weights

@@ -21,6 +21,7 @@ import attrs
 
 from servesim.converter import check_limits
 from servesim.errors import Diagnostic, Path
+from servesim.geometry import unpriced_weight_quant
 from servesim.payload import KvTransferArgs, RoleArgs, role_field_path
 
 RoleRule = Callable[[RoleArgs, Path], Iterator[Diagnostic]]
@@ -78,7 +79,8 @@ def backend_fields(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
 
 
 def timing_values(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
-    """Fixed timing needs both step times (spec V15, V57)."""
+    """Fixed timing needs both step times (spec V15, V57); the default timing prices only
+    weight precisions it knows."""
     t = r.timing
     tp = (*path, "timing")
     if t.type == "fixed":
@@ -92,6 +94,20 @@ def timing_values(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
     elif t.prefill_ms is not None or t.decode_ms is not None:
         yield _d("timing-fixed", tp, f"{t.type} timing rejects fixed timing values "
                  "(prefill_ms, decode_ms)")
+    # the weight precision the default timing prices comes from the engine's quant modes
+    for key, config_key in (("gemm_quant", "gemm_quant_mode"), ("moe_quant", "moe_quant_mode")):
+        name = getattr(t, key)
+        if name is None:
+            continue
+        if t.type != "default":
+            yield _d("timing-quant", (*tp, key), f"{t.type} timing rejects {key}, which "
+                     "only the default timing reads")
+            continue
+        problem = unpriced_weight_quant(name)
+        # experts that follow the GEMMs' precision are reported with it, once
+        if problem and not (key == "moe_quant" and name == t.gemm_quant):
+            yield _d("timing-unsupported", ("engine", config_key), problem,
+                     'choose a precision it prices, or timing.type = "table" / "fixed"')
 
 
 def state_cache_geometry(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:

@@ -89,7 +89,12 @@ from servesim.catalog import (
     load_model,
 )
 from servesim.errors import Diagnostic, ReplayError
-from servesim.geometry import WEIGHT_QUANT, GeometryError, parameter_count
+from servesim.geometry import (
+    WEIGHT_QUANT,
+    GeometryError,
+    parameter_count,
+    unpriced_weight_quant,
+)
 from servesim.geometry import kv_bytes_per_token as _kv_bytes_per_token
 from servesim.payload import RoleArgs
 
@@ -466,11 +471,10 @@ def build_geometry(
         if mode is None or mode == "":
             q = _quant_of_bytes(default_bytes)
             return default_bytes, q
-        key = mode.strip().lower()
-        if key not in WEIGHT_QUANT:
-            raise _fail(path, f"unknown weight quantization {mode!r}; expected one of "
-                        + ", ".join(sorted(WEIGHT_QUANT)))
-        return WEIGHT_QUANT[key][0], key
+        problem = unpriced_weight_quant(mode)
+        if problem:
+            raise _fail(path, problem)
+        return WEIGHT_QUANT[mode][0], mode
 
     wbytes, gq = resolve(gemm_quant, model.weight_dtype_bytes)
     ebytes, mq = resolve(moe_quant, model.expert_weight_dtype_bytes)

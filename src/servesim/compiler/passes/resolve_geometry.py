@@ -103,10 +103,7 @@ def resolve_geometry(cfg: ParsedConfig, ctx: CompileContext) -> ResolvedConfig:
                      "\"bfloat16\", \"float16\", \"float32\", \"fp8\" or \"int8\"")
             model = None
     speculation = _speculation(rec, e)
-    workers = [w for w in (e.workers.aggregated, e.workers.prefill, e.workers.decode)
-               if w is not None]
-    weights = _weight_quant(rec, e, model, any(
-        ((w.timing or Timing()).type or "default") == "default" for w in workers))
+    weights = _weight_quant(e, model)
     roles: dict[str, RoleArgs] = {}
     metadata: dict[str, Any] = {}
     for name in ("aggregated", "prefill", "decode"):
@@ -392,35 +389,26 @@ class _WeightQuant:
     moe_why: str = ""
 
 
-def _weight_quant(rec: _Recorder, e: Engine, model: catalog.ModelInfo | None,
-                  priced: bool) -> _WeightQuant:
+def _weight_quant(e: Engine, model: catalog.ModelInfo | None) -> _WeightQuant:
     """The dense GEMMs follow ``engine.gemm_quant_mode``; the routed experts follow
     ``engine.moe_quant_mode``, else the GEMM mode, except that experts the checkpoint stores
     narrower than its other weights (gpt-oss's MXFP4) keep their own format: the memory
-    estimate's rule (:func:`geometry.expert_weight_bytes`). ``priced``: some role uses the
-    default timing, which refuses float32 weights."""
-    def name(key: str) -> str | None:
-        mode = getattr(e, key)
-        if mode is None or mode == "auto":
-            return None
-        if mode not in _QUANT_NAMES:
-            if priced:
-                rec.fail(("engine", key), "timing-unsupported",
-                         f"the default timing prices {', '.join(_QUANT_NAMES)} weights, "
-                         f"not {mode}",
-                         hint='choose one of those or timing.type = "table" / "fixed"')
-            return None
-        return _QUANT_NAMES[mode]
+    estimate's rule (:func:`geometry.expert_weight_bytes`). Names are lowered to the timing's
+    (a precision it cannot price, float32, is lowered as it is and refused by the validate
+    pass's rule, :func:`geometry.unpriced_weight_quant`)."""
+    def name(mode: str | None) -> str | None:
+        return None if mode is None or mode == "auto" else _QUANT_NAMES.get(mode, mode)
 
-    gemm = name("gemm_quant_mode")
+    gemm = name(e.gemm_quant_mode)
     gemm_why = (f"engine.gemm_quant_mode {e.gemm_quant_mode!r}" if gemm
                 else "the checkpoint's weight precision")
+    wbytes = _weight_dtype_bytes(e.gemm_quant_mode)
     if model is not None and not model.is_moe:
         moe, moe_why = None, "no routed experts"
     elif e.moe_quant_mode not in (None, "auto"):
-        moe, moe_why = name("moe_quant_mode"), f"engine.moe_quant_mode {e.moe_quant_mode!r}"
-    elif gemm and model is not None and geometry.expert_weight_bytes(
-            model, geometry.WEIGHT_QUANT[gemm][0]) == geometry.WEIGHT_QUANT[gemm][0]:
+        moe, moe_why = name(e.moe_quant_mode), f"engine.moe_quant_mode {e.moe_quant_mode!r}"
+    elif (gemm and wbytes is not None and model is not None
+          and geometry.expert_weight_bytes(model, wbytes) == wbytes):
         moe, moe_why = gemm, f"engine.gemm_quant_mode {e.gemm_quant_mode!r} (the experts follow it)"
     else:
         moe, moe_why = None, "the checkpoint's expert precision"
