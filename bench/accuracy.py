@@ -29,8 +29,9 @@ backend, model), per backend version as well, and per everything but the concurr
 
 Rows that are not simulated are counted with their reason: models or GPUs missing from
 the catalog, no KV budget, too many tokens for the budget, a measurement that is not a
-steady state (``calib.inconsistent``), or one that another row already carries
-(``calib.repeats``: each measurement counts once). Errors are
+steady state (``calib.inconsistent``), a P/D deployment's filed as aggregated
+(``calib.pd_copies``), or one that another row already carries (``calib.repeats``: each
+measurement counts once). Errors are
 ``predicted / measured - 1``; MAPE is the mean of their absolute values.
 """
 

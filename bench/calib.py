@@ -78,12 +78,12 @@ MAX_SEQS = {"vllm": 1024, "sglang": 4096, "trtllm": 2048}
 MEMORY_FRACTION = {"vllm": 0.9, "sglang": 0.88, "trtllm": 0.9}
 # TensorRT-LLM deployments with attention DP balance prompts across their ranks
 # (attention_dp_config: enable_balance, timeout_iters, batching_wait_iters). The rows do not
-# record the setting. Replayed without it, a wide worker stalls every rank's decoding for
-# each rank's prompt (GB200 DeepSeek-R1 8192x1024 c128 over 52 ranks: 30.9 ms TPOT against
-# 7.9 ms measured; TPOT MAPE 127% on the 33 GB200 rows). Of the two settings tried on the
-# 91 TensorRT-LLM attention-DP rows, timeout 60 without batching wait (TTFT / TPOT MAPE
-# 53.7 / 18.9%) beat TensorRT-LLM's defaults, 50 and 10 (59.5 / 19.9%). TensorRT-LLM also
-# places each new request on the rank with the fewest: 35.1 / 19.5% with that placement.
+# record the setting. Over the 38 TensorRT-LLM attention-DP rows (B200 DeepSeek-R1 and
+# gpt-oss-120b), TTFT / TPOT MAPE replayed without it is 49.6 / 25.9% (each rank's prompt
+# stalls every rank's decoding); with TensorRT-LLM's defaults, timeout 50 and batching wait
+# 10, 64.9 / 16.9%; with timeout 60 and no batching wait, 57.3 / 16.2%; and with that and
+# each new request placed on the rank with the fewest, as TensorRT-LLM places them,
+# 31.5 / 15.9%.
 ADP_BALANCE = {"attention_dp_balance": True, "attention_dp_timeout_iters": 60,
                "attention_dp_batching_wait_iters": 0, "attention_dp_placement": "least_loaded"}
 
@@ -126,7 +126,8 @@ class Row:
     # why ``concurrency`` is 0 (unknown), if it is
     load_problem: str = ""
     # why the row is not replayed although it could be: its measurement is not a steady
-    # state (:func:`inconsistent`) or repeats another row's (:func:`repeats`)
+    # state (:func:`inconsistent`), is a P/D deployment's (:func:`pd_copies`) or repeats
+    # another row's (:func:`repeats`)
     excluded: str = ""
     # P/D rows: per pool ("prefill", "decode") its workers and each worker's tp, dp,
     # moe_tp and moe_ep; empty for aggregated rows
@@ -191,11 +192,6 @@ def _parallel(raw: dict[str, str]) -> dict[str, int]:
         # The same X**2 recording of a vLLM "tpX + expert parallel" deployment (the ids
         # say tpX_epX): X GPUs, attention TP X, experts over the same X GPUs.
         dp, mep = 1, tp
-    elif tp > 8 and tp == mtp and mep == 1 and dp == 1:
-        # TP12..TP72 with "moe_tp" equal: wide expert-parallel deployments (attention DP +
-        # EP over the NVL72 domain). Pure TP would need the whole batch's KV on every GPU
-        # (e.g. 8192 requests of MLA latents), which cannot fit.
-        dp, tp, mtp, mep = tp, 1, 1, tp
     return {"tp": tp, "dp": dp, "moe_tp": mtp, "moe_ep": mep}
 
 
@@ -209,6 +205,17 @@ def _pools(raw: dict[str, str]) -> dict[str, dict[str, int]]:
             for pool in ("prefill", "decode")}
 
 
+def _model(raw: dict[str, str]) -> str:
+    """The model measured: the model path, but where an export files DeepSeek-R1 runs
+    under DeepSeek-V3's path. Every row filed under DeepSeek-V3 has a ``dsr1_...`` id, and
+    those that repeat a measurement (:func:`repeats`) repeat DeepSeek-R1 rows: all of
+    SGLang's and 58 of TensorRT-LLM's 82. (The two models share one architecture, so
+    this moves rows between partitions of the report, not their replay.)"""
+    if raw["id"].startswith("dsr1_"):
+        return "deepseek-ai/DeepSeek-R1"
+    return raw["model_path"]
+
+
 def load_rows(path: Path = DATA) -> list[Row]:
     rows = []
     with path.open(newline="", encoding="utf-8") as f:
@@ -216,7 +223,7 @@ def load_rows(path: Path = DATA) -> list[Row]:
             concurrency, load_problem = _concurrency(raw)
             rows.append(Row(
                 id=raw["id"], backend=raw["backend"], system=raw["system"],
-                model=raw["model_path"], mode=raw["mode"], isl=int(raw["isl"]),
+                model=_model(raw), mode=raw["mode"], isl=int(raw["isl"]),
                 osl=int(raw["osl"]), concurrency=concurrency, load_problem=load_problem,
                 version=raw["backend_version"],
                 **_parallel(raw),
@@ -227,6 +234,9 @@ def load_rows(path: Path = DATA) -> list[Row]:
     for row in inconsistent(rows):
         row.excluded = ("TPOT under half the same deployment's at a lower concurrency "
                         "(not a steady state)")
+    for row in pd_copies(rows):
+        row.excluded = ("a P/D deployment's measurement (a disaggregated row carries it); "
+                        "its prefill/decode split is not recorded")
     for row in repeats(rows):
         row.excluded = "repeats another row's measurement (counted once)"
     return rows
@@ -274,11 +284,10 @@ def repeats(rows: Sequence[Row]) -> list[Row]:
     TPOT (to :data:`SAME_MEASUREMENT_MS`, the rounding of the coarsest export).
 
     The CSV joins exports of one database that overlap: nearly a quarter of its
-    aggregated rows repeat another's measurement, one export filing DeepSeek-R1 runs (ids
-    ``dsr1_...``) under DeepSeek-V3's model path, or leaving the version out. So that each
-    measurement counts once under its right labels, of each set one row stays: the first
-    whose id names the model it is filed under, then whose version is recorded; the
-    others are returned.
+    aggregated rows repeat another's measurement, one export filing DeepSeek-R1 runs
+    under DeepSeek-V3's model path (:func:`_model` files them back), another leaving the
+    version out. So that each measurement counts once, of each set one row stays, the
+    first whose version is recorded; the others are returned.
     """
     alike: dict[tuple[object, ...], list[list[Row]]] = {}
     for r in rows:
@@ -295,18 +304,34 @@ def repeats(rows: Sequence[Row]) -> list[Row]:
     out = []
     for sets in alike.values():
         for same in sets:
-            kept = max(same, key=_labels_kept)  # the first of the best
+            kept = max(same, key=lambda r: bool(r.version))  # the first of the best
             out += [r for r in same if r is not kept]
     return out
 
 
-def _labels_kept(row: Row) -> tuple[bool, bool]:
-    """Which copy of a measurement keeps it: one whose id names the model it is filed
-    under (letters and digits compared), then one whose version is recorded."""
-    def alnum(text: str) -> str:
-        return "".join(c for c in text.lower() if c.isalnum())
+def pd_copies(rows: Sequence[Row]) -> list[Row]:
+    """Aggregated rows that record a P/D deployment: tensor parallelism over more than 8
+    GPUs, with the experts tensor-sharded alike and no expert or attention data
+    parallelism, where a disaggregated row of the same configuration records both of its
+    pools alike at that GPU count.
 
-    return alnum(row.model.split("/")[-1]) in alnum(row.id), bool(row.version)
+    One export of GB200 DeepSeek-R1 runs carries each of these runs twice, as
+    ``..._disagg_...`` and ``..._agg_...`` under one id, with the same GPU count (12-72) as
+    the tensor parallelism of the row and of both pools: 51 of the 55 pairs agree in TPOT
+    within 2%, which an aggregated and a disaggregated deployment would not. No engine
+    shards DeepSeek's 128 attention heads over 12, 20, 24, 28, 36, 40, 48, 52 or 72 GPUs,
+    and the concurrencies (1075, 2150, 538, ...: a batch and 5%) are those of P/D sweeps:
+    the count is the whole P/D deployment's. How many of its GPUs prefill is not
+    recorded, so neither copy is replayed.
+    """
+    def key(r: Row, gpus: int) -> tuple[object, ...]:
+        return (*configuration(r, ("tp", "dp", "moe_tp", "moe_ep")), gpus)
+
+    both_pools = {key(r, r.pools["prefill"]["tp"]) for r in rows
+                  if r.mode == "disagg" and r.pools["prefill"] == r.pools["decode"]}
+    return [r for r in rows
+            if r.mode == "agg" and r.tp > 8 and r.moe_tp == r.tp and r.moe_ep == 1
+            and r.dp == 1 and key(r, r.tp) in both_pools]
 
 
 class Unsupported(Exception):

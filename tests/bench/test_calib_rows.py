@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -139,8 +140,54 @@ def test_a_repeated_row_is_reported_not_replayed() -> None:
         calib.setup(repeated[0], max_tokens=calib.MAX_TOKENS)
 
 
-def test_a_repeat_stays_under_the_model_its_id_names() -> None:
-    # one export files a DeepSeek-R1 run under DeepSeek-V3's model path
-    rows = [_row(64, 10.0, id="dsr1_b200_sglang_c64", model="org/DeepSeek-V3", version="1"),
-            _row(64, 10.0, id="x_deepseek_r1_b200_c64", model="org/DeepSeek-R1", version="1")]
-    assert [r.id for r in calib.repeats(rows)] == ["dsr1_b200_sglang_c64"]
+def test_the_deepseek_r1_runs_filed_under_v3_are_loaded_as_r1() -> None:
+    rows = calib.load_rows()
+    refiled = [r for r in rows if r.id.startswith("dsr1_")]
+    assert refiled
+    assert {r.model for r in refiled} == {"deepseek-ai/DeepSeek-R1"}
+    assert "deepseek-ai/DeepSeek-V3" not in {r.model for r in rows}
+
+
+def _pd_pair(gpus: int = 36, **pools: int) -> tuple[calib.Row, calib.Row]:
+    """An aggregated row recording ``gpus`` as its tensor parallelism and a disaggregated
+    row of the same configuration recording both pools at ``pools`` (default: the same)."""
+    pool = {"workers": 0, "tp": gpus, "dp": 1, "moe_tp": gpus, "moe_ep": 1}
+    agg = _row(1075, 17.93, id="agg", system="gb200", backend="trtllm",
+               model="org/DeepSeek-R1", tp=gpus, moe_tp=gpus)
+    disagg = _row(1075, 17.97, id="disagg", system="gb200", backend="trtllm",
+                  model="org/DeepSeek-R1", mode="disagg", tp=1, moe_tp=1,
+                  pools={"prefill": {**pool, **pools}, "decode": pool})
+    return agg, disagg
+
+
+def test_an_aggregated_row_of_a_p_d_deployments_gpu_count_is_its_copy() -> None:
+    agg, disagg = _pd_pair()
+    assert calib.pd_copies([agg, disagg]) == [agg]
+
+
+@pytest.mark.parametrize("change", [
+    {"moe_ep": 36, "moe_tp": 1}, {"dp": 36, "tp": 1}, {"concurrency": 1024},
+    {"isl": 8192}, {"system": "b200_sxm"},
+])
+def test_another_layout_or_configuration_is_no_p_d_copy(change: dict[str, object]) -> None:
+    agg, disagg = _pd_pair()
+    assert calib.pd_copies([dataclasses.replace(agg, **change), disagg]) == []
+
+
+def test_eight_gpus_are_an_aggregated_deployment_of_their_own() -> None:
+    # B200 exports record 8-GPU P/D pools beside aggregated runs of the same layout
+    assert calib.pd_copies(list(_pd_pair(8))) == []
+
+
+def test_pools_of_their_own_sizes_make_no_p_d_copy() -> None:
+    agg, disagg = _pd_pair(tp=4, moe_tp=4)  # four prefill GPUs beside a 36-GPU decode pool
+    assert calib.pd_copies([agg, disagg]) == []
+    assert calib.pd_copies([agg]) == []
+
+
+def test_the_shipped_p_d_copies_are_gb200_deepseek_rows_and_not_replayed() -> None:
+    copies = [r for r in calib.load_rows() if r.excluded.startswith("a P/D deployment's")]
+    assert copies
+    assert {(r.system, r.model) for r in copies} == {("gb200", "deepseek-ai/DeepSeek-R1")}
+    with pytest.raises(calib.Unsupported, match="prefill/decode split is not recorded"):
+        calib.setup(copies[0], max_tokens=calib.MAX_TOKENS)
