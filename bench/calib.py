@@ -320,7 +320,7 @@ def pd_copies(rows: Sequence[Row]) -> list[Row]:
     the tensor parallelism of the row and of both pools: 51 of the 55 pairs agree in TPOT
     within 2%, which an aggregated and a disaggregated deployment would not. No engine
     shards DeepSeek's 128 attention heads over 12, 20, 24, 28, 36, 40, 48, 52 or 72 GPUs,
-    and the concurrencies (1075, 2150, 538, ...: a batch and 5%) are those of P/D sweeps:
+    and most concurrencies (1075, 2150, 538, ...: a batch and 5%) are those of P/D sweeps:
     the count is the whole P/D deployment's. How many of its GPUs prefill is not
     recorded, so neither copy is replayed.
     """
