@@ -5,7 +5,8 @@
     .venv/bin/python bench/fit_timing.py --report   # accuracy of the shipped constants
 
 Rows: the aggregated rows of bench/data/silicon_dev.csv that the catalog can describe,
-each measurement once (``calib.repeats``; disaggregated rows are not used). Prediction
+each measurement once (``calib.repeats``), P/D runs filed as aggregated left out
+(``calib.pd_copies``; disaggregated rows are not used). Prediction
 per row: what bench/accuracy.py's replay gives (``calib.replay``: the benchmark's closed
 loop through the vLLM engine), computed by re-pricing a recording of that replay
 (``calib.record``; TTFT up to the front end's latency), so one constant set costs
