@@ -3,6 +3,7 @@ one column only.
 
     .venv/bin/python bench/data_checks.py              # output length, then version
     .venv/bin/python bench/data_checks.py --column system --min-configs 1
+    .venv/bin/python bench/data_checks.py --remeasured # one configuration, several runs
 
 For the chosen column (``osl``, ``version``, ``system``, ...) each configuration
 (``calib.configuration``) of the aggregated rows measured at two values of it (each
@@ -18,6 +19,10 @@ interrupt decoding (1024 -> 8192 after 1024-token prompts), TPOT stays alike or 
 short outputs (128 -> 512) lower TPOT by spreading each prompt's prefill over more
 tokens. A TTFT ratio far from 1 is a setting of the runs that the columns do not record.
 ``bench/data/README.md`` discusses what these lines show.
+
+``--remeasured`` checks the other way round: configurations alike in every column that
+distinct runs measured more than once give one ratio each, the highest measurement over
+the lowest, which run-to-run noise keeps near 1.
 """
 
 from __future__ import annotations
@@ -65,14 +70,42 @@ def ratios(rows: list[calib.Row], column: str
     return out
 
 
+def remeasured(rows: list[calib.Row]) -> dict[tuple[object, ...], list[tuple[float, float]]]:
+    """Per GPU, backend, model and version, one (TTFT, TPOT) ratio, highest over lowest,
+    for each configuration that several rows measure (distinct runs: the rows
+    ``calib.load_rows`` excludes as repeats are left out)."""
+    alike: dict[tuple[object, ...], list[calib.Row]] = defaultdict(list)
+    for r in rows:
+        if r.mode == "agg" and r.concurrency > 0 and not r.excluded:
+            alike[calib.configuration(r)].append(r)
+    out: dict[tuple[object, ...], list[tuple[float, float]]] = defaultdict(list)
+    for same in alike.values():
+        if len(same) > 1:
+            r = same[0]
+            ttft, tpot = [r.ttft_ms for r in same], [r.tpot_ms for r in same]
+            out[(r.system, r.backend, r.model.split("/")[-1], r.version or "-")].append(
+                (max(ttft) / min(ttft), max(tpot) / min(tpot)))
+    return out
+
+
 def _spread(values: list[float]) -> str:
     return f"{statistics.median(values):5.2f} ({min(values):.2f}-{max(values):.2f})"
 
 
-def report(rows: list[calib.Row], column: str, min_configs: int) -> None:
-    print(f"\n{column}: second value over first{'':34} configs  TTFT ratio        "
-          f"TPOT ratio")
-    for group, found in sorted(ratios(rows, column).items(), key=lambda kv: str(kv[0])):
+def report(rows: list[calib.Row], column: str | None, min_configs: int) -> None:
+    """Print the ratios of ``column`` (None: of :func:`remeasured`)."""
+    if column is None:
+        title, groups = "one configuration: highest over lowest", remeasured(rows)
+        print(f"\n{title}{'':32} configs  TTFT ratio        TPOT ratio")
+        every = [ratio for found in groups.values() for ratio in found]
+        if every:
+            print(f"  {'all':66} {len(every):5d}  {_spread([t for t, _ in every]):17} "
+                  f"{_spread([p for _, p in every])}")
+    else:
+        groups = ratios(rows, column)
+        print(f"\n{column}: second value over first{'':34} configs  TTFT ratio        "
+              f"TPOT ratio")
+    for group, found in sorted(groups.items(), key=lambda kv: str(kv[0])):
         if len(found) < min_configs:
             continue
         label = " / ".join(map(str, group))
@@ -85,13 +118,16 @@ def main() -> int:
     ap.add_argument("--column", action="append", choices=calib.CONFIGURATION,
                     help="the column the rows of a pair differ in (repeatable; default: "
                          "osl, then version)")
+    ap.add_argument("--remeasured", action="store_true",
+                    help="instead: configurations that distinct runs measured more than once")
     ap.add_argument("--min-configs", type=int, default=3,
                     help="leave out lines of fewer configurations")
     ap.add_argument("--data", type=Path, default=calib.DATA,
                     help="measurements in the calibration CSV's columns")
     args = ap.parse_args()
     rows = calib.load_rows(args.data)
-    for column in args.column or ["osl", "version"]:
+    columns: list[str | None] = [None] if args.remeasured else args.column or ["osl", "version"]
+    for column in columns:
         report(rows, column, args.min_configs)
     return 0
 

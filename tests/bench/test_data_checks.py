@@ -54,3 +54,20 @@ def test_pairs_across_versions_are_grouped_by_the_two_versions() -> None:
 def test_a_column_that_names_no_configuration_is_refused() -> None:
     with pytest.raises(ValueError, match="ttft_ms"):
         data_checks.ratios([], "ttft_ms")
+
+
+def test_a_configuration_measured_by_several_runs_gives_its_highest_over_lowest() -> None:
+    rows = [_row(1024, 100.0, 10.0), _row(1024, 120.0, 15.0), _row(1024, 110.0, 12.0),
+            _row(8192, 100.0, 9.0)]  # measured once: no ratio
+    assert data_checks.remeasured(rows) == {
+        ("b200_sxm", "trtllm", "m", "1.0"): [(pytest.approx(1.2), pytest.approx(1.5))]}
+
+
+@pytest.mark.parametrize("change", [
+    {"isl": 8192}, {"version": "1.1"}, {"concurrency": 16}, {"mode": "disagg"},
+    {"excluded": "repeats another row's measurement (counted once)"},
+])
+def test_only_distinct_runs_of_one_configuration_are_remeasured(
+        change: dict[str, object]) -> None:
+    assert data_checks.remeasured([_row(1024, 100.0, 10.0),
+                                   _row(1024, 100.0, 20.0, **change)]) == {}
