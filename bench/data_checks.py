@@ -81,10 +81,10 @@ def remeasured(rows: list[calib.Row]) -> dict[tuple[object, ...], list[tuple[flo
     out: dict[tuple[object, ...], list[tuple[float, float]]] = defaultdict(list)
     for same in alike.values():
         if len(same) > 1:
-            r = same[0]
+            first = same[0]
             ttft, tpot = [r.ttft_ms for r in same], [r.tpot_ms for r in same]
-            out[(r.system, r.backend, r.model.split("/")[-1], r.version or "-")].append(
-                (max(ttft) / min(ttft), max(tpot) / min(tpot)))
+            out[(first.system, first.backend, first.model.split("/")[-1],
+                 first.version or "-")].append((max(ttft) / min(ttft), max(tpot) / min(tpot)))
     return out
 
 
@@ -92,25 +92,17 @@ def _spread(values: list[float]) -> str:
     return f"{statistics.median(values):5.2f} ({min(values):.2f}-{max(values):.2f})"
 
 
-def report(rows: list[calib.Row], column: str | None, min_configs: int) -> None:
-    """Print the ratios of ``column`` (None: of :func:`remeasured`)."""
-    if column is None:
-        title, groups = "one configuration: highest over lowest", remeasured(rows)
-        print(f"\n{title}{'':32} configs  TTFT ratio        TPOT ratio")
-        every = [ratio for found in groups.values() for ratio in found]
-        if every:
-            print(f"  {'all':66} {len(every):5d}  {_spread([t for t, _ in every]):17} "
-                  f"{_spread([p for _, p in every])}")
-    else:
-        groups = ratios(rows, column)
-        print(f"\n{column}: second value over first{'':34} configs  TTFT ratio        "
-              f"TPOT ratio")
-    for group, found in sorted(groups.items(), key=lambda kv: str(kv[0])):
-        if len(found) < min_configs:
-            continue
-        label = " / ".join(map(str, group))
-        print(f"  {label[:66]:66} {len(found):5d}  {_spread([t for t, _ in found]):17} "
-              f"{_spread([p for _, p in found])}")
+def report(title: str, groups: dict[tuple[object, ...], list[tuple[float, float]]],
+           min_configs: int, total: bool = False) -> None:
+    """One line per group of (TTFT, TPOT) ratios, after one over all of them if ``total``."""
+    print(f"\n{title:68} configs  TTFT ratio        TPOT ratio")
+    lines = sorted((" / ".join(map(str, group)), found) for group, found in groups.items())
+    if total:
+        lines.insert(0, ("all", [ratio for found in groups.values() for ratio in found]))
+    for label, found in lines:
+        if found and len(found) >= min_configs:
+            print(f"  {label[:66]:66} {len(found):5d}  {_spread([t for t, _ in found]):17} "
+                  f"{_spread([p for _, p in found])}")
 
 
 def main() -> int:
@@ -126,9 +118,11 @@ def main() -> int:
                     help="measurements in the calibration CSV's columns")
     args = ap.parse_args()
     rows = calib.load_rows(args.data)
-    columns: list[str | None] = [None] if args.remeasured else args.column or ["osl", "version"]
-    for column in columns:
-        report(rows, column, args.min_configs)
+    if args.remeasured:
+        report("one configuration: highest over lowest", remeasured(rows), args.min_configs,
+               total=True)
+    for column in [] if args.remeasured else args.column or ["osl", "version"]:
+        report(f"{column}: second value over first", ratios(rows, column), args.min_configs)
     return 0
 
 
