@@ -235,8 +235,7 @@ def load_rows(path: Path = DATA) -> list[Row]:
         row.excluded = ("TPOT under half the same deployment's at a lower concurrency "
                         "(not a steady state)")
     for row in pd_copies(rows):
-        row.excluded = ("a P/D deployment's measurement (a disaggregated row carries it); "
-                        "its prefill/decode split is not recorded")
+        row.excluded = "a P/D run filed as aggregated (no prefill/decode split recorded)"
     for row in repeats(rows):
         row.excluded = "repeats another row's measurement (counted once)"
     return rows

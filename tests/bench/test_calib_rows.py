@@ -186,8 +186,8 @@ def test_pools_of_their_own_sizes_make_no_p_d_copy() -> None:
 
 
 def test_the_shipped_p_d_copies_are_gb200_deepseek_rows_and_not_replayed() -> None:
-    copies = [r for r in calib.load_rows() if r.excluded.startswith("a P/D deployment's")]
+    copies = [r for r in calib.load_rows() if r.excluded.startswith("a P/D run filed")]
     assert copies
     assert {(r.system, r.model) for r in copies} == {("gb200", "deepseek-ai/DeepSeek-R1")}
-    with pytest.raises(calib.Unsupported, match="prefill/decode split is not recorded"):
+    with pytest.raises(calib.Unsupported, match="P/D run filed as aggregated"):
         calib.setup(copies[0], max_tokens=calib.MAX_TOKENS)
