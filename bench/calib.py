@@ -211,7 +211,7 @@ def _model(raw: dict[str, str]) -> str:
     those that repeat a measurement (:func:`repeats`) repeat DeepSeek-R1 rows: all of
     SGLang's and 58 of TensorRT-LLM's 82. (The two models share one architecture, so
     this moves rows between partitions of the report, not their replay.)"""
-    if raw["id"].startswith("dsr1_"):
+    if raw["id"].startswith("dsr1_") and raw["model_path"] == "deepseek-ai/DeepSeek-V3":
         return "deepseek-ai/DeepSeek-R1"
     return raw["model_path"]
 
