@@ -252,6 +252,12 @@ def configuration(row: Row, without: Collection[str] = ()) -> tuple[object, ...]
     return tuple(getattr(row, name) for name in CONFIGURATION if name not in without)
 
 
+def counted(row: Row) -> bool:
+    """Whether the row is an aggregated measurement at a known concurrency that
+    :func:`load_rows` keeps (not excluded): one the report and the checks count."""
+    return row.mode == "agg" and row.concurrency > 0 and not row.excluded
+
+
 def inconsistent(rows: Sequence[Row], ratio: float = 0.5) -> list[Row]:
     """Aggregated rows whose TPOT is under ``ratio`` x the TPOT that the same deployment
     (model, GPU, backend, precision, parallelism, ISL and OSL; any source) measured at a
@@ -290,7 +296,7 @@ def repeats(rows: Sequence[Row]) -> list[Row]:
     """
     alike: dict[tuple[object, ...], list[list[Row]]] = {}
     for r in rows:
-        if r.mode != "agg" or r.concurrency < 1 or r.excluded:
+        if not counted(r):
             continue
         sets = alike.setdefault(configuration(r, ("model", "version")), [])
         for same in sets:

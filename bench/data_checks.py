@@ -51,7 +51,7 @@ def ratios(rows: list[calib.Row], column: str
     alike: dict[tuple[object, ...], dict[object, list[calib.Row]]] = defaultdict(
         lambda: defaultdict(list))
     for r in rows:
-        if r.mode == "agg" and r.concurrency > 0 and not r.excluded:
+        if calib.counted(r):
             alike[calib.configuration(r, (column,))][getattr(r, column)].append(r)
     out: dict[tuple[object, ...], list[tuple[float, float]]] = defaultdict(list)
     for by_value in alike.values():
@@ -76,7 +76,7 @@ def remeasured(rows: list[calib.Row]) -> dict[tuple[object, ...], list[tuple[flo
     ``calib.load_rows`` excludes as repeats are left out)."""
     alike: dict[tuple[object, ...], list[calib.Row]] = defaultdict(list)
     for r in rows:
-        if r.mode == "agg" and r.concurrency > 0 and not r.excluded:
+        if calib.counted(r):
             alike[calib.configuration(r)].append(r)
     out: dict[tuple[object, ...], list[tuple[float, float]]] = defaultdict(list)
     for same in alike.values():
