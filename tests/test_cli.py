@@ -256,6 +256,54 @@ def test_compile_output_is_atomic(capsys: pytest.CaptureFixture[str],
     assert sorted(p.name for p in Path().iterdir()) == ["ok.toml", "payload.json"]
 
 
+def test_compile_output_to_a_folder_is_refused_before_compiling(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    Path("out").mkdir()
+    code, out, err = run(capsys, "compile", write("ok.toml", QWEN), "-o", "out")
+    assert (code, out) == (1, "")
+    assert err.startswith("error: -o out: cannot write this file: it is a folder [output-path]")
+    assert list(Path("out").iterdir()) == []
+
+
+def test_compile_output_writes_through_a_link_with_a_new_file_s_permissions(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    Path("kept").mkdir()
+    Path("link.json").symlink_to("kept/payload.json")
+    code, _, _ = run(capsys, "compile", write("ok.toml", QWEN), "-o", "link.json")
+    assert code == 0
+    assert Path("link.json").is_symlink()  # the link stays; its target gets the payload
+    assert json.loads(Path("kept/payload.json").read_text(encoding="utf-8"))["engine"] == "vllm"
+    umask = os.umask(0)
+    os.umask(umask)
+    assert Path("kept/payload.json").stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def test_closed_stdout_is_not_a_crash(capsys: pytest.CaptureFixture[str],
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "stdout", None)  # `servesim ... >&-`
+    assert main(["validate", write("ok.toml", QWEN)]) == 0
+
+
+class _FullDisk:
+    def write(self, text: str) -> int:
+        raise OSError(28, "No space left on device")
+
+    def flush(self) -> None:
+        pass
+
+    def fileno(self) -> int:
+        raise ValueError("no file descriptor")
+
+
+def test_stdout_that_cannot_be_written_exits_1_with_a_message(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    config = write("ok.toml", QWEN)
+    monkeypatch.setattr(sys, "stdout", _FullDisk())
+    assert main(["compile", config]) == 1
+    assert capsys.readouterr().err == (
+        "error: cannot write the output: [Errno 28] No space left on device\n")
+
+
 # --- no traceback for any bad input ------------------------------------------------------------
 
 BAD_INPUTS = {
@@ -267,6 +315,8 @@ BAD_INPUTS = {
     "nan": QWEN + '[traffic.load]\ntype = "poisson"\nrequests_per_second = nan\n',
     "huge": QWEN + f"[traffic.load]\nconcurrency = {2**64}\n",
     "unknown-model": QWEN.replace("Qwen/Qwen3-32B", "Qwen/Qwen9"),
+    "model-name-too-long-for-a-path": QWEN.replace("Qwen/Qwen3-32B", "x" * 300),
+    "model-in-an-unknown-home": QWEN.replace("Qwen/Qwen3-32B", "~nosuchuser/model"),
     "no-kv-budget": QWEN.replace("Qwen/Qwen3-32B", "Qwen/Qwen3-235B-A22B").replace(
         "h200_sxm", "l40s"),
     "kv-dtype": QWEN.replace("[engine]\n", '[engine]\nkvcache_quant_mode = "nvfp4"\n'),

@@ -1,7 +1,8 @@
 """Command-line interface: ``servesim compile|validate|inspect|schema|plugins|replay``.
 
-Exit codes: 0 success, 1 the input is wrong (diagnostics on stderr), 2 usage error,
-130 interrupted. A traceback means a bug in servesim, never bad input.
+Exit codes: 0 success, 1 the input is wrong (diagnostics on stderr) or the output cannot
+be written (a reader of stdout that went away included), 2 usage error, 130 interrupted.
+A traceback means a bug in servesim, never bad input.
 """
 
 from __future__ import annotations
@@ -73,6 +74,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    for stream in ("stdout", "stderr"):
+        if getattr(sys, stream) is None:  # closed by the caller (`>&-`): output goes nowhere
+            setattr(sys, stream, open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115
     args = _parser().parse_args(argv)
     out = Console(highlight=False)
     err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -89,6 +93,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         err.print("interrupted")
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as rich does
+        _drop_stdout()
+        return EXIT_INPUT
+    except OSError as exc:  # writing our output failed (a full disk, say); reading is checked
+        _drop_stdout()
+        err.print(f"error: cannot write the output: {exc}")
+        return EXIT_INPUT
+
+
+def _drop_stdout() -> None:
+    """Point stdout at the null device, so that the flush at exit cannot fail again."""
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def _registry(modules: list[str]) -> EngineRegistry:
@@ -105,13 +122,14 @@ def _registry(modules: list[str]) -> EngineRegistry:
 
 def _compile(args: argparse.Namespace, registry: EngineRegistry, out: Console,
              err: Console) -> int:
+    output = _output_path(args.output, "-o")
     source = SourceText.from_path(args.config)
     artifact = compile_source(source, registry=registry, stop_after=args.stop_after)
     if isinstance(artifact, Payload):
-        relative_to = str(Path(args.output).resolve().parent) if args.output else os.getcwd()
+        relative_to = str(output.resolve().parent) if output else os.getcwd()
         text = dump_payload(artifact, relative_to=relative_to)
-        if args.output:
-            _atomic_write(Path(args.output), text)
+        if output:
+            _write_output(output, text, "-o")
             err.print(f"wrote {args.output} (engine {artifact.engine})")
         else:
             sys.stdout.write(text)
@@ -248,6 +266,8 @@ def _replay(args: argparse.Namespace, registry: EngineRegistry, out: Console,
     from servesim.render import report_summary, report_table
     from servesim.replay import replay_payload
 
+    output = _output_path(args.output, "-o")
+    requests_out = _output_path(args.requests_out, "--requests-out")
     payload, base_dir = load_input(args.input, registry)
     show_progress = not args.quiet and err.is_terminal
     bar = _progress(err, show_progress)
@@ -255,8 +275,7 @@ def _replay(args: argparse.Namespace, registry: EngineRegistry, out: Console,
     try:
         with bar, audit:
             outcome = replay_payload(payload, registry=registry, base_dir=base_dir,
-                                     requests_out=Path(args.requests_out) if args.requests_out
-                                     else None, progress=bar.update)
+                                     requests_out=requests_out, progress=bar.update)
     except KeyboardInterrupt:
         kept = f"; finished requests are in {args.requests_out}" if args.requests_out else ""
         err.print(f"interrupted at virtual time {bar.virtual_ms / 1000:.1f} s: no report "
@@ -264,8 +283,12 @@ def _replay(args: argparse.Namespace, registry: EngineRegistry, out: Console,
         return EXIT_INTERRUPTED
     report = outcome.report
     text = json.dumps(report, indent=2, sort_keys=True) + "\n"
-    if args.output:
-        _atomic_write(Path(args.output), text)
+    if output:
+        try:
+            _write_output(output, text, "-o")
+        except ServesimError:  # the replay is done: its report goes to stdout instead
+            sys.stdout.write(text)
+            raise
     if args.format == "json":
         sys.stdout.write(text)
     else:
@@ -310,14 +333,55 @@ class _progress:
             self._bar.__exit__(*exc)
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so the file is either complete or untouched."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+def _output_path(arg: str | None, flag: str) -> Path | None:
+    """``arg`` as the file an option writes, checked before any work is done (so that a
+    replay's results are not lost to a path that cannot be written): not a folder, in a
+    folder that exists or can be made and takes a new file."""
+    if not arg:
+        return None
+    path = Path(arg)
     try:
+        if path.is_dir():
+            raise IsADirectoryError(21, "it is a folder")
+        target = Path(os.path.realpath(path))
+        if not target.exists() or target.is_file():  # a device or pipe is written in place
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd, probe = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+            os.close(fd)
+            os.unlink(probe)
+    except OSError as exc:
+        raise _write_error(flag, arg, exc) from None
+    return path
+
+
+def _write_error(flag: str, arg: str, exc: OSError) -> ServesimError:
+    return ServesimError([Diagnostic(
+        code="output-path", location=f"{flag} {arg}",
+        message=f"cannot write this file: {exc.strerror or exc}",
+        hint="give the path of a file in a folder you can write")])
+
+
+def _write_output(path: Path, text: str, flag: str) -> None:
+    """Write ``text`` to ``path``, so that a file is either complete or untouched: through a
+    symbolic link to its target, with the permissions a new file gets (or the existing
+    file's); a device or pipe (``/dev/stdout``, a FIFO) is written in place."""
+    target = Path(os.path.realpath(path))
+    tmp: str | None = None
+    try:
+        if target.exists() and not target.is_file():
+            with open(target, "w", encoding="utf-8") as f:
+                f.write(text)
+            return
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = target.stat().st_mode & 0o7777 if target.exists() else 0o666 & ~umask
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except OSError as exc:
+        raise _write_error(flag, str(path), exc) from None
+    finally:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)

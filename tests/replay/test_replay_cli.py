@@ -33,6 +33,9 @@ type = "trace_timestamps"
 """
 
 
+ONE_REQUEST = '{"timestamp": 0, "input_length": 20, "output_length": 3, "hash_ids": [1, 2]}'
+
+
 def _write_trace(folder: Path, lines: list[str]) -> None:
     (folder / "trace.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     (folder / "cfg.toml").write_text(SMALL, encoding="utf-8")
@@ -62,6 +65,34 @@ def test_replay_of_a_config_reports_every_request(tmp_path: Path,
     assert [r["output_length"] for r in records] == [3, 3]
     assert "wall_time_ms" not in report
     assert "completed requests" in capsys.readouterr().out
+
+
+def test_an_output_path_that_cannot_be_written_is_refused_before_the_replay(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _write_trace(tmp_path, [ONE_REQUEST])
+    for flag in ("-o", "--requests-out"):
+        code = main(["replay", str(tmp_path / "cfg.toml"), flag, str(tmp_path), "--quiet"])
+        out, err = capsys.readouterr()
+        assert (code, out) == (1, "")  # nothing replayed
+        assert f"error: {flag} {tmp_path}: cannot write this file: it is a folder" in err
+
+
+def test_a_report_that_cannot_be_written_goes_to_stdout(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    _write_trace(tmp_path, [ONE_REQUEST])
+
+    def disk_full(src: str, dst: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("os.replace", disk_full)
+    report = tmp_path / "report.json"
+    code = main(["replay", str(tmp_path / "cfg.toml"), "-o", str(report), "--quiet"])
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert json.loads(out)["completed_requests"] == 1  # the finished replay is not lost
+    assert "cannot write this file: No space left on device [output-path]" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cfg.toml", "trace.jsonl"]
 
 
 def test_compiled_payload_and_config_give_the_same_report(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import tempfile
 import tracemalloc
 from collections.abc import Callable
@@ -361,6 +362,21 @@ def test_missing_trace_file(tmp_path: Path) -> None:
     assert (diag.location, diag.message) == ("nope/missing.jsonl", "trace file not found")
     assert validate_trace(tmp_path / "missing.jsonl", display="m.jsonl")[0].message == (
         "trace file not found")
+
+
+@pytest.mark.parametrize(("path", "message"), [
+    (".", "is a folder, expected a trace file"),
+    (os.devnull, "not a regular file"),
+    ("x" * 300 + ".jsonl", "cannot read trace: File name too long"),
+])
+def test_a_trace_path_that_is_not_a_file_says_what_it_is(tmp_path: Path, path: str,
+                                                         message: str) -> None:
+    with pytest.raises(WorkloadError) as info:
+        build_workload(trace_spec(path=path), base_dir=tmp_path)
+    (diag,) = info.value.diagnostics
+    assert (diag.location, diag.message) == (path, message)
+    assert diag.hint is not None and "traffic.source.paths" in diag.hint
+    assert validate_trace(tmp_path / path)[0].message == message
 
 
 def test_validate_trace_reports_every_bad_line(write_trace: WriteTrace) -> None:

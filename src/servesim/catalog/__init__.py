@@ -581,17 +581,21 @@ def load_model(name: str) -> ModelInfo:
     """Load a shipped model by HF id, or a local directory holding ``config.json``."""
     if name in _model_files():
         return _load_catalog_model(name)
-    path = Path(name).expanduser()
-    if path.is_dir():
+    try:
+        path = Path(name).expanduser()
+        is_dir, exists = path.is_dir(), path.exists()
+    except (OSError, RuntimeError):  # a name too long for a path, or "~someone" unknown
+        raise _unknown("model", name, model_names()) from None
+    if is_dir:
         cfg = path / "config.json"
-        if not cfg.is_file():
-            raise CatalogError(f"model directory {name!r} has no config.json")
         try:
             text = cfg.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise CatalogError(f"model directory {name!r} has no config.json") from None
         except (OSError, UnicodeDecodeError) as exc:
             raise CatalogError(f"cannot read {cfg}: {exc}") from None
         return ModelInfo.from_config(name, _parse_json(text, str(cfg)))
-    if path.exists():
+    if exists:
         raise CatalogError(f"model path {name!r} is not a directory holding config.json")
     raise _unknown("model", name, model_names())
 

@@ -22,8 +22,10 @@ from servesim.workloads.driver import (
 )
 from servesim.workloads.formats import BUILTIN_FORMATS, TraceFile, TraceLoader
 from servesim.workloads.mooncake import (
+    TRACE_HINT,
     TraceRow,
     iter_trace_rows,
+    trace_file_problem,
     trace_sha256,
     validate_trace,
 )
@@ -107,11 +109,10 @@ def _trace_units(
     formats: Mapping[str, TraceLoader] | None,
 ) -> tuple[Callable[[], Iterator[Session]], Callable[[], None]]:
     path = resolve_trace_path(source.path, base_dir)
-    if not path.is_file():
-        raise WorkloadError([Diagnostic(code="trace-unreadable", message="trace file not found",
-                                        location=source.path,
-                                        hint="check traffic.source.path (relative paths are "
-                                             "relative to the config file)")])
+    problem = trace_file_problem(path)
+    if problem:
+        raise WorkloadError([Diagnostic(code="trace-unreadable", message=problem,
+                                        location=source.path, hint=TRACE_HINT)])
     load = spec.load
     timestamps = isinstance(load, TimestampLoad)
     loader = (BUILTIN_FORMATS if formats is None else formats)[source.format]

@@ -249,7 +249,7 @@ class MooncakeReader:
             except OSError as exc:
                 raise WorkloadError([Diagnostic(
                     code="trace-unreadable", message=f"cannot read trace: {exc.strerror}",
-                    location=self._display, hint="check traffic.source.path")]) from exc
+                    location=self._display, hint=TRACE_HINT)]) from exc
         raw = self._file.readline()
         if not raw:
             empty = self._data_lines == 0
@@ -489,6 +489,21 @@ def iter_trace_rows(path: Path, display: str, block_size: int, *,
         reader.close()
 
 
+TRACE_HINT = "check traffic.source.paths (a relative path is relative to the config file)"
+
+
+def trace_file_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be read as a trace file, or ``None`` when it can be."""
+    try:
+        if path.is_file():
+            return None
+        if path.is_dir():
+            return "is a folder, expected a trace file"
+        return "not a regular file" if path.exists() else "trace file not found"
+    except OSError as exc:  # a name too long for a path, say
+        return f"cannot read trace: {exc.strerror or exc}"
+
+
 def validate_trace(
     path: str | Path,
     fmt: str = "mooncake",
@@ -508,9 +523,10 @@ def validate_trace(
         return [Diagnostic(code="bad-workload", message=f"trace format {fmt!r} is not supported",
                            location=shown, hint="use 'mooncake' or 'mooncake-delta'")]
     file = Path(path)
-    if not file.is_file():
-        return [Diagnostic(code="trace-unreadable", message="trace file not found",
-                           location=shown, hint="check traffic.source.path")]
+    problem = trace_file_problem(file)
+    if problem:
+        return [Diagnostic(code="trace-unreadable", message=problem, location=shown,
+                           hint=TRACE_HINT)]
     reader = MooncakeReader(file, shown, block_size, require_timestamps=require_timestamps,
                             session_rows=count_session_rows(file), keep_rows=False)
     out: list[Diagnostic] = []
