@@ -75,6 +75,8 @@ def test_bad_rows_are_located_file_line(tmp_path: Path) -> None:
         TableTimer(_write(tmp_path, "1,0,1000,10\n1,0,1000,11\n"))
     with pytest.raises(ReplayError, match="must be a finite number >= 0"):
         TableTimer(_write(tmp_path, "1,0,1000,-1\n"))
+    with pytest.raises(ReplayError, match=r"t\.csv:2: latency_ms must be at most 1e\+09 .*1e300"):
+        TableTimer(_write(tmp_path, "1,0,1000,1e300\n"), display="t.csv")
 
 
 def test_incomplete_grid_is_refused(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import attrs
 
+from servesim import limits
 from servesim.errors import Diagnostic, ReplayError
 
 __all__ = ["TableTimer", "load_table"]
@@ -145,6 +146,9 @@ def load_table(path: str | Path, *, display: str | None = None) -> tuple[_Grid |
                 raise _bad(where, f"{name} must be a finite number >= 0, got {cell}")
             values.append(value)
         batch, new, kv, latency = values
+        if latency > limits.STEP_MS:
+            raise _bad(where, f"latency_ms must be at most {limits.STEP_MS:g} (as a fixed step "
+                       f"time), got {row[idx[3]].strip()}")
         if batch < 1 or not batch.is_integer():
             raise _bad(where, f"batch_size must be a positive integer, got {row[idx[0]]}")
         if not new.is_integer() or not kv.is_integer():

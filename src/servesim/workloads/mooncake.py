@@ -29,9 +29,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, cast
 
+from servesim import limits
 from servesim.engines.kernel.tokens import Prompt, Segment, segment
 from servesim.errors import Diagnostic, WorkloadError
 
+# Trace times: a delay, or a timestamp after the first session's, spans at most the
+# longest time a config may give (limits.SECONDS); a timestamp itself (often since the
+# epoch) is at most 2**53 ms, where a float still counts every millisecond.
+SPAN_MS = limits.SECONDS * 1000.0
+TIMESTAMP_MS = float(limits.BIG)
 ROW_EXAMPLE = '{"timestamp": 0, "input_length": 700, "output_length": 10, "hash_ids": [7, 8]}'
 
 
@@ -311,16 +317,16 @@ class MooncakeReader:
                               f"set '{name}' to a whole number of tokens >= 0")
         return value
 
-    def _millis(self, name: str, value: Any) -> float:
+    def _millis(self, name: str, value: Any, hi: float) -> float:
         # (a tuple, not ``int | float``: the union would be built anew on every call)
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if ok and not (math.isfinite(value) and value >= 0):
+        if ok and not (math.isfinite(value) and 0 <= value <= hi):
             ok = False
         if not ok:
             raise self._error("trace-bad-field",
-                              f"'{name}' must be a finite number of milliseconds >= 0, "
+                              f"'{name}' must be a number of milliseconds from 0 to {hi:g}, "
                               f"got {_short(value)}",
-                              f"set '{name}' to a non-negative number of milliseconds")
+                              f"set '{name}' to a number of milliseconds in that range")
         return float(value)
 
     def _validate(self, obj: dict[str, Any]) -> TraceRow:
@@ -370,9 +376,15 @@ class MooncakeReader:
                               "give the row at least one hash id and a positive input_length")
         # timing
         ts_field = self._alias(obj, ("timestamp", "created_time"))
-        timestamp = None if ts_field is None else self._millis(*ts_field)
+        timestamp = None if ts_field is None else self._millis(*ts_field, TIMESTAMP_MS)
+        if timestamp is not None and self.origin_ms is not None \
+                and timestamp - self.origin_ms > SPAN_MS:
+            raise self._error("trace-bad-field",
+                              f"timestamp {timestamp:g} is more than {SPAN_MS:g} ms after the "
+                              f"first session's start {self.origin_ms:g}",
+                              "check the timestamps' unit (milliseconds)")
         delay_field = self._alias(obj, ("delay", "delay_ms"))
-        delay = None if delay_field is None else self._millis(*delay_field)
+        delay = None if delay_field is None else self._millis(*delay_field, SPAN_MS)
         # session
         explicit = "session_id" in obj
         if explicit:
