@@ -222,7 +222,9 @@ def _bad(limit: Limit, v: Any) -> bool:
 
 def _set(doc: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
     for key in path[:-1]:
-        doc = doc.setdefault(key, {})
+        if doc.get(key) is None:  # an absent or null table (a payload's "sla": null)
+            doc[key] = {}
+        doc = doc[key]
     doc[path[-1]] = value
 
 
@@ -327,6 +329,8 @@ def test_numbers_at_and_past_every_limit(tmp_path: Path, capsys: pytest.CaptureF
         path = limit.path
         if path[0] == "roles":  # a role's fields are named where they live in a config
             path = (*role_field_path(path[1], path[2]), *path[3:])
+        elif path[0] == "sla":
+            path = ("evaluation", *path)
         else:
             path = ("engine", *path)
         # type errors name the payload key, limits the config key the value comes from

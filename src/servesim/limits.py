@@ -24,6 +24,7 @@ BLOCKS = 2**40
 BYTES_PER_TOKEN = 2**40
 STEP_MS = 1e9
 SECONDS = 1e9
+LATENCY_MS = 1e12  # an SLA target, a delay between turns
 CONTEXT = 2**31
 TOKENS = 2**24
 COUNT = 2**31

@@ -123,9 +123,9 @@ class KvTransferArgs:
 
 @attrs.frozen
 class SlaArgs:
-    ttft_ms: float | None = None
-    itl_ms: float | None = None
-    e2e_ms: float | None = None
+    ttft_ms: float | None = bounded(0, L.LATENCY_MS, lo_open=True)
+    itl_ms: float | None = bounded(0, L.LATENCY_MS, lo_open=True)
+    e2e_ms: float | None = bounded(0, L.LATENCY_MS, lo_open=True)
 
 
 @attrs.frozen
@@ -183,10 +183,11 @@ def dump_payload(payload: Payload, *, relative_to: str | None = None) -> str:
 
 def _map_paths(data: dict[str, Any], fn: Any) -> None:
     """Apply ``fn`` to every file path a payload dict names (trace, timing tables)."""
-    source = data.get("workload", {}).get("source", {})
+    workload, roles = data.get("workload"), data.get("roles")  # not checked yet: any JSON
+    source = workload.get("source") if isinstance(workload, dict) else None
     if isinstance(source, dict) and isinstance(source.get("path"), str):
         source["path"] = fn(source["path"])
-    for role in (data.get("roles") or {}).values():
+    for role in roles.values() if isinstance(roles, dict) else ():
         timing = role.get("timing") if isinstance(role, dict) else None
         if isinstance(timing, dict) and isinstance(timing.get("path"), str):
             timing["path"] = fn(timing["path"])

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 import attrs
 
+from servesim.converter import check_limits
 from servesim.engines.kernel.requests import RequestRecord, Workload
 from servesim.errors import Diagnostic
 from servesim.payload import Payload
@@ -72,7 +73,7 @@ class Engine(abc.ABC):
     @classmethod
     def structure_options(cls, data: Any) -> tuple[Any, list[Diagnostic]]:
         """``data`` as an ``Options`` instance, or ``None`` and ``engine.options`` diagnostics."""
-        from servesim.converter import check_limits, make_converter, structure
+        from servesim.converter import make_converter, structure
 
         if data is None:
             data = {}
@@ -116,6 +117,8 @@ class Engine(abc.ABC):
         ``super().validate_payload(payload)``.
         """
         out = check_deployment(payload.mode, payload.roles, payload.kv_transfer)
+        if payload.sla is not None:
+            out.extend(check_limits(payload.sla, ("evaluation", "sla")))
         if payload.mode not in self.MODES:
             out.append(Diagnostic(code="engine-mode", path=("engine", "mode"), stage="lower",
                                   message=f"engine {self.NAME!r} does not run {payload.mode} "

@@ -106,6 +106,14 @@ def _table(value: Any, path: tuple[str, ...]) -> Mapping[str, Any]:
     return value
 
 
+def _known(table: Mapping[str, Any], path: tuple[str, ...], *keys: str) -> None:
+    """Refuse a key the table's kind does not read (a misspelt one would take a default)."""
+    for key in table:
+        if key not in keys:
+            raise _fail((*path, str(key)), f"unknown key {str(key)!r}",
+                        f"the keys read here are: {', '.join(sorted(keys))}")
+
+
 def _upper_limits() -> dict[str, float]:
     """Upper bounds of the ``traffic`` keys, read from the config schema (one source)."""
     from servesim.compiler.model import parsed
@@ -157,10 +165,12 @@ def _parse_source(table: Mapping[str, Any], formats: tuple[str, ...] = TRACE_FOR
     path = ("source",)
     kind = table.get("type", "synthetic")
     if kind == "synthetic":
+        _known(table, path, "type", "input_tokens", "output_tokens", "cached_prefix_tokens")
         return SyntheticSource(_int(table, "input_tokens", path, DEFAULT_INPUT_TOKENS, 1),
                                _int(table, "output_tokens", path, 128, 0),
                                _int(table, "cached_prefix_tokens", path, 0, 0))
     if kind == "synthetic-session":
+        _known(table, path, "type", *(f.name for f in attrs.fields(SessionSource)))
         block = table.get("block_size")
         return SessionSource(
             new_input_tokens_per_turn=_int(table, "new_input_tokens_per_turn", path, 1024, 1),
@@ -172,6 +182,7 @@ def _parse_source(table: Mapping[str, Any], formats: tuple[str, ...] = TRACE_FOR
             block_size=None if block is None else _int(table, "block_size", path, None, 1),
         )
     if kind == "trace":
+        _known(table, path, "type", "path", "paths", "format", "block_size")
         raw_path = table.get("path")
         if raw_path is None:
             paths = table.get("paths")
@@ -195,13 +206,16 @@ def _parse_load(table: Mapping[str, Any], source_type: str) -> Load:
     path = ("load",)
     kind = table.get("type", "concurrency")
     if kind == "concurrency":
+        _known(table, path, "type", "concurrency")
         return ConcurrencyLoad(_int(table, "concurrency", path, 10, 1))
     if kind in ("poisson", "constant_rate"):
         key = rate_key(source_type)
+        _known(table, path, "type", key, "seed")
         rate = _float(table, key, path, None, positive=True)
         seed = _int(table, "seed", path, DEFAULT_POISSON_SEED, -(2**63))
         return RateLoad(kind, rate, key.removesuffix("_per_second"), seed)  # type: ignore[arg-type]
     if kind == "trace_timestamps":
+        _known(table, path, "type", "speedup")
         return TimestampLoad(_float(table, "speedup", path, 1.0, positive=True))
     raise _fail((*path, "type"), f"unknown load type {kind!r}",
                 "use concurrency, poisson, constant_rate or trace_timestamps")
@@ -209,8 +223,9 @@ def _parse_load(table: Mapping[str, Any], source_type: str) -> Load:
 
 def _parse_stop(table: Mapping[str, Any], source: Source) -> Stop:
     path = ("stop",)
-    requests = None if table.get("requests") is None else _int(table, "requests", path, None, 0)
-    sessions = None if table.get("sessions") is None else _int(table, "sessions", path, None, 0)
+    _known(table, path, "requests", "sessions", "max_virtual_time_seconds")
+    requests = None if table.get("requests") is None else _int(table, "requests", path, None, 1)
+    sessions = None if table.get("sessions") is None else _int(table, "sessions", path, None, 1)
     max_time = None
     if table.get("max_virtual_time_seconds") is not None:
         max_time = 1000.0 * _float(table, "max_virtual_time_seconds", path, None, positive=True)
@@ -228,6 +243,7 @@ def parse_workload_spec(spec: Mapping[str, Any], *,
     ``formats`` are the known trace format names (default: the built-in ones).
     """
     spec = _table(spec, ())
+    _known(spec, (), "source", "load", "stop")
     tables = {key: _table(spec.get(key, {}), (key,)) for key in ("source", "load", "stop")}
     source = _parse_source(tables["source"], TRACE_FORMATS if formats is None else formats)
     diags = check_traffic(tables["source"], tables["load"])

@@ -23,6 +23,7 @@ from servesim.limits import (
     CONCURRENCY,
     CONTEXT,
     COUNT,
+    LATENCY_MS,
     PARALLEL,
     REPLICAS,
     SCHEDULER,
@@ -170,7 +171,7 @@ class Session:
     turns: int | None = limits(2, 10_000)
     shared_prefix_ratio: float | None = limits(0.0, 1.0)
     prefix_groups: int | None = nonneg(COUNT)
-    inter_turn_delay_ms: float | None = nonneg(1e12)
+    inter_turn_delay_ms: float | None = nonneg(LATENCY_MS)
 
 
 @attrs.frozen
@@ -215,9 +216,9 @@ class Traffic:
 
 @attrs.frozen
 class Sla:
-    ttft_ms: float | None = limits(0.0, 1e12, lo_open=True)
-    itl_ms: float | None = limits(0.0, 1e12, lo_open=True)
-    e2e_ms: float | None = limits(0.0, 1e12, lo_open=True)
+    ttft_ms: float | None = limits(0.0, LATENCY_MS, lo_open=True)
+    itl_ms: float | None = limits(0.0, LATENCY_MS, lo_open=True)
+    e2e_ms: float | None = limits(0.0, LATENCY_MS, lo_open=True)
 
 
 @attrs.frozen
