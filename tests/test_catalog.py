@@ -280,6 +280,38 @@ def test_local_directory_errors(tmp_path: Path) -> None:
         load_model(str(afile))
 
 
+CONFIG = {"num_hidden_layers": 2, "hidden_size": 8, "num_attention_heads": 2, "vocab_size": 10}
+MOE = {**CONFIG, "num_local_experts": 4, "num_experts_per_tok": 2}
+
+
+@pytest.mark.parametrize(("config", "message"), [
+    ({**CONFIG, "num_hidden_layers": 0}, "'num_hidden_layers' must be an integer from 1 to 65536"),
+    ({**CONFIG, "num_hidden_layers": 1e30}, "'num_hidden_layers' must be an integer from 1 to "
+                                            "65536, got 1000000000000000019884624838656"),
+    ({**CONFIG, "num_attention_heads": 0}, "'num_attention_heads' must be an integer from 1"),
+    ({**CONFIG, "hidden_size": -1}, "'hidden_size' must be an integer from 1"),
+    ({**CONFIG, "intermediate_size": "x"}, "'intermediate_size' must be an integer from 0 to "
+                                           "2147483647, got 'x'"),
+    ({**CONFIG, "head_dim": 2.5}, "'head_dim' must be an integer from 0"),
+    ({**CONFIG, "num_key_value_heads": True}, "'num_key_value_heads' must be an integer"),
+    ({**MOE, "num_local_experts": 1}, r"a token's experts \(num_experts_per_tok, 2\) must be "
+                                      r"from 1 to the routed experts \(1\)"),
+    ({**MOE, "num_experts_per_tok": 0}, "a token's experts"),
+    ({**MOE, "mlp_only_layers": 3}, "'mlp_only_layers' must be a list of layer indices"),
+    ({**CONFIG, "layer_types": ["linear_attention"] * 2, "linear_num_key_heads": 2,
+      "linear_num_value_heads": 2, "linear_key_head_dim": 4, "linear_value_head_dim": 4},
+     "none of its 2 layers is an attention layer holding a KV cache"),
+])
+def test_a_config_json_value_no_model_has_is_refused_by_key(config: dict[str, object],
+                                                             message: str) -> None:
+    with pytest.raises(CatalogError, match=message):
+        ModelInfo.from_config("m", config)
+
+
+def test_a_null_config_json_value_is_unset() -> None:
+    assert ModelInfo.from_config("m", {**CONFIG, "head_dim": None}).head_dim == 4
+
+
 def test_from_config_dtype_and_quantization() -> None:
     base = {
         "num_hidden_layers": 1,

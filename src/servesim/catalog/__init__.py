@@ -90,20 +90,30 @@ class LinearAttention:
     ssm_dtype: str | None = None
 
 
-def _int(cfg: Mapping[str, Any], *keys: str, default: int | None = None) -> int | None:
+CONFIG_INT_MAX = 2**31 - 1  # any size or count a config.json gives
+MAX_LAYERS = 2**16
+
+
+def _int(cfg: Mapping[str, Any], *keys: str, default: int | None = None, lo: int = 0,
+         hi: int = CONFIG_INT_MAX) -> int | None:
+    """The first of ``keys`` that ``cfg`` sets (``null`` counts as unset): an integer in
+    ``[lo, hi]`` (a float with an integer value counts), else a CatalogError naming it."""
     for key in keys:
         value = cfg.get(key)
-        if isinstance(value, bool):
+        if value is None:
             continue
-        if isinstance(value, int):
-            return value
         if isinstance(value, float) and value.is_integer():
-            return int(value)
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+            shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+            raise CatalogError(f"config.json: {key!r} must be an integer from {lo} to {hi}, "
+                               f"got {shown}")
+        return value
     return default
 
 
-def _req_int(name: str, cfg: Mapping[str, Any], *keys: str) -> int:
-    value = _int(cfg, *keys)
+def _req_int(name: str, cfg: Mapping[str, Any], *keys: str, hi: int = CONFIG_INT_MAX) -> int:
+    value = _int(cfg, *keys, lo=1, hi=hi)
     if value is None:
         raise CatalogError(f"model {name!r}: config.json has no integer {' / '.join(keys)}")
     return value
@@ -292,7 +302,8 @@ class ModelInfo:
         tc = raw.get("text_config")
         lm: dict[str, Any] = dict(tc) if isinstance(tc, Mapping) else raw
 
-        num_layers = _req_int(name, lm, "num_hidden_layers", "n_layer", "num_layers")
+        num_layers = _req_int(name, lm, "num_hidden_layers", "n_layer", "num_layers",
+                              hi=MAX_LAYERS)
         hidden = _req_int(name, lm, "hidden_size", "d_model", "n_embd")
         heads = _req_int(name, lm, "num_attention_heads", "n_head")
         kv_heads = _int(lm, "num_key_value_heads", default=heads) or heads
@@ -317,6 +328,9 @@ class ModelInfo:
         is_mla = kv_lora is not None
         num_experts = _int(lm, "num_experts", "n_routed_experts", "num_local_experts") or 0
         topk = _int(lm, "num_experts_per_tok", "experts_per_token", "num_experts_per_token") or 0
+        if num_experts and not 1 <= topk <= num_experts:
+            raise CatalogError(f"config.json: a token's experts (num_experts_per_tok, {topk}) "
+                               f"must be from 1 to the routed experts ({num_experts})")
         inter = _int(lm, "intermediate_size")
         moe_inter = _int(lm, "moe_intermediate_size")
         if num_experts and moe_inter is None:
@@ -339,7 +353,12 @@ class ModelInfo:
         if mlp_from_pattern is not None:
             mlp_types = mlp_from_pattern
         elif num_experts:
-            dense_only = {int(i) for i in lm.get("mlp_only_layers") or []}
+            only = lm.get("mlp_only_layers") or []
+            if not isinstance(only, list) or not all(
+                    isinstance(i, int) and not isinstance(i, bool) for i in only):
+                raise CatalogError("config.json: 'mlp_only_layers' must be a list of layer "
+                                   "indices")
+            dense_only = set(only)
             step = _int(lm, "decoder_sparse_step", "moe_layer_freq", default=1) or 1
             mlp_types = tuple(
                 "dense" if i < first_dense or i in dense_only or (i + 1) % step else "moe"
@@ -348,6 +367,9 @@ class ModelInfo:
         else:
             mlp_types = tuple("dense" for _ in range(num_layers))
 
+        if not any(k in ATTENTION_KINDS for k in layer_types):
+            raise CatalogError(f"model {name!r}: none of its {num_layers} layers is an attention "
+                               "layer holding a KV cache; servesim runs only models with one")
         act = str(lm.get("mlp_hidden_act") or lm.get("hidden_act") or "silu")
         return cls(
             name=name,
