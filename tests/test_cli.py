@@ -256,6 +256,36 @@ def test_compile_output_is_atomic(capsys: pytest.CaptureFixture[str],
     assert sorted(p.name for p in Path().iterdir()) == ["ok.toml", "payload.json"]
 
 
+TRACE_CONFIG = QWEN + '[traffic.source]\ntype = "trace"\npaths = ["trace.jsonl"]\n'
+ROW = '{"timestamp": 0, "input_length": 20, "output_length": 3, "hash_ids": [1]}\n'
+
+
+@pytest.mark.parametrize(("trace", "config", "expected"), [
+    (None, TRACE_CONFIG, "/trace.jsonl: trace file not found [trace-unreadable]"),
+    (ROW + '{"timestamp": 1, "input_len\n', TRACE_CONFIG,
+     "/trace.jsonl:2: invalid JSON: Unterminated string"),
+    (ROW, TRACE_CONFIG.replace("[engine.workers.aggregated]\n", "[engine.workers.aggregated]"
+                               '\ntiming = { type = "table", path = "t.csv" }\n'),
+     "/t.csv: cannot read the timing table"),
+])
+def test_validate_reads_the_trace_and_the_timing_tables(
+        capsys: pytest.CaptureFixture[str], trace: str | None, config: str,
+        expected: str) -> None:
+    if trace is not None:
+        write("trace.jsonl", trace)
+    code, out, err = run(capsys, "validate", write("c.toml", config))
+    assert (code, out) == (1, "")
+    assert err.startswith("error: ") and expected in err  # the path as the replay shows it
+
+
+def test_a_timing_table_error_names_the_key(capsys: pytest.CaptureFixture[str]) -> None:
+    write("trace.jsonl", ROW)
+    config = TRACE_CONFIG.replace("[engine.workers.aggregated]\n", "[engine.workers.aggregated]"
+                                  '\ntiming = { type = "table", path = "t.csv" }\n')
+    code, _, err = run(capsys, "validate", write("c.toml", config))
+    assert code == 1 and "hint: check engine.workers.aggregated.timing.path" in err
+
+
 def test_compile_output_to_a_folder_is_refused_before_compiling(
         capsys: pytest.CaptureFixture[str]) -> None:
     Path("out").mkdir()

@@ -47,7 +47,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="stop after this stage and print its result")
     c.add_argument("--format", choices=("json", "text"), default="json")
 
-    v = sub.add_parser("validate", help="check a config without writing a payload")
+    v = sub.add_parser("validate", help="check a config, and the trace and timing tables it "
+                       "names, without writing a payload")
     v.add_argument("config")
 
     i = sub.add_parser("inspect", help="show every resolved value and where it came from")
@@ -177,7 +178,12 @@ def _drop_none(value: Any) -> Any:
 
 def _validate(args: argparse.Namespace, registry: EngineRegistry, out: Console,
               err: Console) -> int:
+    from servesim.replay import check_input_files
+
     payload = compile_source(SourceText.from_path(args.config), registry=registry)
+    diags = check_input_files(payload, registry=registry)
+    if diags:
+        raise ServesimError(diags)
     roles = ", ".join(payload.roles)
     out.print(f"ok: {args.config} is valid (engine {payload.engine}; roles {roles})")
     return EXIT_OK

@@ -21,11 +21,24 @@ import attrs
 from servesim import __version__
 from servesim.engines.kernel.metrics import MetricsCollector, request_record_json
 from servesim.engines.kernel.requests import RequestRecord
-from servesim.errors import Diagnostic, PayloadError
+from servesim.errors import Diagnostic, PayloadError, ServesimError
 from servesim.payload import Payload, payload_to_dict
 from servesim.plugins.manager import EngineRegistry
-from servesim.timing.registry import use_providers
-from servesim.workloads import build_workload, resolve_trace_path, trace_sha256
+from servesim.timing.registry import make_timer, use_providers
+from servesim.workloads import (
+    TRACE_HINT,
+    build_workload,
+    resolve_trace_path,
+    trace_file_problem,
+    trace_sha256,
+    validate_trace,
+)
+from servesim.workloads.spec import (
+    TRACE_FORMATS,
+    TimestampLoad,
+    TraceSource,
+    parse_workload_spec,
+)
 
 
 @attrs.frozen
@@ -42,6 +55,34 @@ def replay(payload: Payload, *, registry: EngineRegistry | None = None,
 
         registry = EngineRegistry.collect(get_plugin_manager())
     return replay_payload(payload, registry=registry, base_dir=base_dir).report
+
+
+def check_input_files(payload: Payload, *, registry: EngineRegistry,
+                      base_dir: Path | None = None) -> list[Diagnostic]:
+    """What a replay would find wrong in the files the payload names, found without
+    replaying: every row of a trace in a built-in format (in a plugin's format, that the
+    file is there), and each role's step timer, built as the replay builds it (a timing
+    table is read and checked)."""
+    out: list[Diagnostic] = []
+    spec = parse_workload_spec(payload.workload, formats=tuple(registry.trace_formats))
+    source = spec.source
+    if isinstance(source, TraceSource):
+        path = resolve_trace_path(source.path, base_dir)
+        if source.format in TRACE_FORMATS:
+            out += validate_trace(path, source.format, source.block_size, display=source.path,
+                                  require_timestamps=isinstance(spec.load, TimestampLoad))
+        else:
+            problem = trace_file_problem(path)
+            if problem:
+                out.append(Diagnostic(code="trace-unreadable", message=problem,
+                                      location=source.path, hint=TRACE_HINT))
+    with use_providers(registry.timing_providers):
+        for role in payload.roles.values():
+            try:
+                make_timer(role)
+            except ServesimError as exc:
+                out += exc.diagnostics
+    return out
 
 
 def replay_payload(payload: Payload, *, registry: EngineRegistry, base_dir: Path | None = None,

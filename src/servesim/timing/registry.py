@@ -11,6 +11,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from types import MappingProxyType
 
+import attrs
+
 from servesim.errors import Diagnostic, ReplayError
 from servesim.payload import RoleArgs
 from servesim.timing.base import StepTimer
@@ -59,7 +61,12 @@ def _table(role: RoleArgs) -> StepTimer:
         raise ReplayError([Diagnostic(code="timing-invalid",
                                       message="table timing requires timing.path (a CSV file)",
                                       path=_timing_path(role, "path"))])
-    return TableTimer(role.timing.path)
+    try:
+        return TableTimer(role.timing.path)
+    except ReplayError as exc:
+        hint = "check " + ".".join(_timing_path(role, "path"))
+        raise ReplayError([attrs.evolve(d, hint=d.hint or hint)
+                           for d in exc.diagnostics]) from None
 
 
 PROVIDERS: Mapping[str, TimerFactory] = MappingProxyType(

@@ -43,6 +43,7 @@ from servesim.workloads.spec import (
 from servesim.workloads.synthetic import synthetic_requests, synthetic_sessions
 
 __all__ = [
+    "TRACE_HINT",
     "SessionWorkload",
     "TraceRow",
     "WorkloadSpec",
@@ -52,6 +53,7 @@ __all__ = [
     "parse_workload_spec",
     "poisson_arrivals",
     "resolve_trace_path",
+    "trace_file_problem",
     "trace_sha256",
     "validate_trace",
 ]

@@ -20,7 +20,7 @@ from typing import Any, Literal, TypeVar
 
 import attrs
 
-from servesim import catalog, geometry
+from servesim import catalog, geometry, limits
 from servesim.compiler.context import CompileContext
 from servesim.compiler.model.parsed import (
     Backend,
@@ -508,7 +508,11 @@ def _workload(rec: _Recorder, t: Traffic | None, base_dir: PathLike | None) -> d
         absolute, relative = getattr(stop, count_key), getattr(stop, f"{count_key}_per_load_unit")
         if relative is not None and absolute is None:
             # round, not ceil: 0.07 x 100 is 7.000000000000001 in floating point
-            resolved_stop[count_key] = max(1, round(relative * unit))
+            resolved_stop[count_key] = derived = max(1, round(relative * unit))
+            if derived > limits.COUNT:
+                rec.fail((*stp, f"{count_key}_per_load_unit"), "stop-over-limit",
+                         f"{relative:g} x the load unit {unit:g} is {derived} {count_key}, more "
+                         f"than {limits.COUNT}", f"lower {count_key}_per_load_unit")
             rec.note((*stp, count_key), "derived",
                      f"max(1, round({relative} x {unit})) ({count_key}_per_load_unit x load unit)")
         else:
