@@ -286,6 +286,27 @@ def test_a_timing_table_error_names_the_key(capsys: pytest.CaptureFixture[str]) 
     assert code == 1 and "hint: check engine.workers.aggregated.timing.path" in err
 
 
+def test_a_payload_given_for_a_config_says_which_command_takes_it(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    code, payload, _ = run(capsys, "compile", write("c.toml", QWEN))
+    code, _, err = run(capsys, "validate", write("p.json", payload))
+    assert code == 1
+    assert err == ("error: p.json:1:1: invalid TOML: Invalid statement [toml-syntax]\n"
+                   "  hint: this looks like a JSON payload: `servesim replay` takes one, the "
+                   "other commands a TOML config\n")
+
+
+def test_a_misspelt_timing_type_is_the_only_problem_of_its_table(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    config = QWEN + '[engine.workers.aggregated.timing]\ntype = "fixd"\nprefill_ms = 1.0\n' \
+        "decode_ms = 1.0\n"
+    code, _, err = run(capsys, "validate", write("c.toml", config))
+    assert code == 1
+    (error,) = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert error.startswith("error: engine.workers.aggregated.timing.type: unknown timing type "
+                            "'fixd' (registered: default, fixed, ")
+
+
 def test_compile_output_to_a_folder_is_refused_before_compiling(
         capsys: pytest.CaptureFixture[str]) -> None:
     Path("out").mkdir()

@@ -248,7 +248,7 @@ def _plugins(args: argparse.Namespace, registry: EngineRegistry, out: Console,
 def load_input(path: str, registry: EngineRegistry) -> tuple[Payload, Path | None]:
     """A payload from a TOML config (compiled) or a JSON payload file (loaded and checked)."""
     p = Path(path)
-    if p.suffix != ".json":
+    if p.suffix.lower() != ".json":
         payload: Payload = compile_source(SourceText.from_path(p), registry=registry)
         return payload, None
     try:

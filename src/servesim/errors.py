@@ -6,7 +6,7 @@ workloads, CLI) reports user-facing problems as :class:`Diagnostic` values.
 A diagnostic renders on one line as ``path: message [code]``, where ``path`` is the
 dotted key path from the root of the TOML document (``engine.workers.decode.kv_cache.block_size``)
 or a ``file:line`` location for trace and syntax errors. ``code`` is a stable kebab-case
-identifier documented in ``docs/diagnostics.md``.
+identifier that scripts may match on.
 """
 
 from __future__ import annotations

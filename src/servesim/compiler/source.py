@@ -76,7 +76,11 @@ def load_toml(source: SourceText) -> dict[str, Any]:
         col = getattr(exc, "colno", None) or (int(m.group(2)) if m else None)
         text = getattr(exc, "msg", None) or _LOCATION.sub("", msg).strip()
         where = f"{source.name}:{line}:{col}" if line else source.name
-        raise CompileError([_diag(where, f"invalid TOML: {text}", "toml-syntax")]) from None
+        diag = _diag(where, f"invalid TOML: {text}", "toml-syntax")
+        if source.text.lstrip().startswith("{"):
+            diag = attrs.evolve(diag, hint="this looks like a JSON payload: `servesim replay` "
+                                "takes one, the other commands a TOML config")
+        raise CompileError([diag]) from None
     except RecursionError:
         raise CompileError([_diag(source.name, "invalid TOML: nesting too deep",
                                   "toml-syntax")]) from None
