@@ -32,7 +32,8 @@ class SourceText:
     def from_path(cls, path: str | Path) -> SourceText:
         p = Path(path)
         try:
-            data = p.read_bytes()
+            with open(p, "rb") as f:  # no more than the limit (a device can be endless)
+                data = f.read(MAX_CONFIG_BYTES + 1)
         except FileNotFoundError:
             raise CompileError([_diag(str(p), "file not found", "file-not-found")]) from None
         except IsADirectoryError:
@@ -47,8 +48,8 @@ class SourceText:
     def from_bytes(cls, data: bytes, *, name: str = "<config>",
                    base_dir: Path | None = None) -> SourceText:
         if len(data) > MAX_CONFIG_BYTES:
-            raise CompileError([_diag(name, f"file is {len(data)} bytes; a config may be at "
-                                      f"most {MAX_CONFIG_BYTES} bytes", "file-too-large")])
+            raise CompileError([_diag(name, f"file is over {MAX_CONFIG_BYTES} bytes, the most "
+                                      "a config may be", "file-too-large")])
         try:
             text = data.decode("utf-8-sig")  # a BOM from Windows editors is not an error
         except UnicodeDecodeError as exc:
