@@ -26,11 +26,10 @@ from servesim.payload import Payload, payload_to_dict
 from servesim.plugins.manager import EngineRegistry
 from servesim.timing.registry import make_timer, use_providers
 from servesim.workloads import (
-    TRACE_HINT,
     build_workload,
     resolve_trace_path,
-    trace_file_problem,
     trace_sha256,
+    unreadable_trace,
     validate_trace,
 )
 from servesim.workloads.spec import (
@@ -72,10 +71,8 @@ def check_input_files(payload: Payload, *, registry: EngineRegistry,
             out += validate_trace(path, source.format, source.block_size, display=source.path,
                                   require_timestamps=isinstance(spec.load, TimestampLoad))
         else:
-            problem = trace_file_problem(path)
-            if problem:
-                out.append(Diagnostic(code="trace-unreadable", message=problem,
-                                      location=source.path, hint=TRACE_HINT))
+            unreadable = unreadable_trace(path, source.path)
+            out += [unreadable] if unreadable else []
     with use_providers(registry.timing_providers):
         for role in payload.roles.values():
             try:

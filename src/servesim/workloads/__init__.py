@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from servesim.errors import Diagnostic, WorkloadError
+from servesim.errors import WorkloadError
 from servesim.workloads.driver import (
     ArrivalPlan,
     ClosedLoop,
@@ -22,11 +22,10 @@ from servesim.workloads.driver import (
 )
 from servesim.workloads.formats import BUILTIN_FORMATS, TraceFile, TraceLoader
 from servesim.workloads.mooncake import (
-    TRACE_HINT,
     TraceRow,
     iter_trace_rows,
-    trace_file_problem,
     trace_sha256,
+    unreadable_trace,
     validate_trace,
 )
 from servesim.workloads.spec import (
@@ -43,7 +42,6 @@ from servesim.workloads.spec import (
 from servesim.workloads.synthetic import synthetic_requests, synthetic_sessions
 
 __all__ = [
-    "TRACE_HINT",
     "SessionWorkload",
     "TraceRow",
     "WorkloadSpec",
@@ -53,8 +51,8 @@ __all__ = [
     "parse_workload_spec",
     "poisson_arrivals",
     "resolve_trace_path",
-    "trace_file_problem",
     "trace_sha256",
+    "unreadable_trace",
     "validate_trace",
 ]
 
@@ -111,10 +109,9 @@ def _trace_units(
     formats: Mapping[str, TraceLoader] | None,
 ) -> tuple[Callable[[], Iterator[Session]], Callable[[], None]]:
     path = resolve_trace_path(source.path, base_dir)
-    problem = trace_file_problem(path)
-    if problem:
-        raise WorkloadError([Diagnostic(code="trace-unreadable", message=problem,
-                                        location=source.path, hint=TRACE_HINT)])
+    unreadable = unreadable_trace(path, source.path)
+    if unreadable:
+        raise WorkloadError([unreadable])
     load = spec.load
     timestamps = isinstance(load, TimestampLoad)
     loader = (BUILTIN_FORMATS if formats is None else formats)[source.format]

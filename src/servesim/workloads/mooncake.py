@@ -504,16 +504,18 @@ def iter_trace_rows(path: Path, display: str, block_size: int, *,
 TRACE_HINT = "check traffic.source.paths (a relative path is relative to the config file)"
 
 
-def trace_file_problem(path: Path) -> str | None:
-    """Why ``path`` cannot be read as a trace file, or ``None`` when it can be."""
+def unreadable_trace(path: Path, shown: str) -> Diagnostic | None:
+    """Why ``path`` (named ``shown``) cannot be read as a trace file, or ``None``."""
     try:
         if path.is_file():
             return None
         if path.is_dir():
-            return "is a folder, expected a trace file"
-        return "not a regular file" if path.exists() else "trace file not found"
+            problem = "is a folder, expected a trace file"
+        else:
+            problem = "not a regular file" if path.exists() else "trace file not found"
     except OSError as exc:  # a name too long for a path, say
-        return f"cannot read trace: {exc.strerror or exc}"
+        problem = f"cannot read trace: {exc.strerror or exc}"
+    return Diagnostic(code="trace-unreadable", message=problem, location=shown, hint=TRACE_HINT)
 
 
 def validate_trace(
@@ -535,10 +537,9 @@ def validate_trace(
         return [Diagnostic(code="bad-workload", message=f"trace format {fmt!r} is not supported",
                            location=shown, hint="use 'mooncake' or 'mooncake-delta'")]
     file = Path(path)
-    problem = trace_file_problem(file)
-    if problem:
-        return [Diagnostic(code="trace-unreadable", message=problem, location=shown,
-                           hint=TRACE_HINT)]
+    unreadable = unreadable_trace(file, shown)
+    if unreadable:
+        return [unreadable]
     reader = MooncakeReader(file, shown, block_size, require_timestamps=require_timestamps,
                             session_rows=count_session_rows(file), keep_rows=False)
     out: list[Diagnostic] = []
