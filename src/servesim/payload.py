@@ -116,7 +116,7 @@ class KvTransferArgs:
     """P/D KV transfer: delay = (tokens * bytes_per_token + state_bytes) / bandwidth."""
 
     bytes_per_token: int = attrs.field(metadata={"lo": 1, "hi": L.BYTES_PER_TOKEN})
-    bandwidth_gb_per_second: float | None = bounded(0, 1e9, lo_open=True)
+    bandwidth_gb_per_second: float | None = bounded(*L.BANDWIDTH_GB_S)
     timing_mode: Literal["destination_missing", "full_prompt"] = "destination_missing"
     state_bytes: int = bounded(0, L.U64_MAX, default=0)
 

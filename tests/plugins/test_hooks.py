@@ -164,7 +164,8 @@ class ExtrasPlugin:
     @hookimpl
     def servesim_register_timing_providers(self) -> Mapping[str, Callable[..., StepTimer]]:
         return {"flat": _flat, "exploding": lambda role: _Exploding(), "fronted": _Fronted,
-                "grouped": _Grouped, "invalid": lambda role: _Invalid()}
+                "grouped": _Grouped, "invalid": lambda role: _Invalid(),
+                "not-a-timer": lambda role: None}
 
     @hookimpl
     def servesim_register_trace_formats(self) -> Mapping[str, TraceLoader]:
@@ -294,7 +295,7 @@ def test_a_plugin_timer_prices_ranks_prefilling_together(
         "prefill_group_ms: OverflowError: too many prompt tokens at once [plugin-error]"]
 
 
-@pytest.mark.parametrize("value", [float("nan"), float("inf"), -1.0, "10", None, True])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -1.0, 1e300, "10", None, True])
 def test_a_plugin_timer_s_invalid_price_names_the_plugin(
         replay_toml: Callable[..., ReplayRun], plugin_manager: Any,
         monkeypatch: pytest.MonkeyPatch, value: Any) -> None:
@@ -304,8 +305,18 @@ def test_a_plugin_timer_s_invalid_price_names_the_plugin(
                                  input_tokens=32))
     assert rendered(info.value) == [
         f"plugin {_name(plugin_manager, ExtrasPlugin)!r}: timing provider 'invalid' "
-        f"prefill_ms(1, 32, 0) returned {value!r}; a price must be a finite number of "
-        "ms >= 0 [plugin-error]"]
+        f"prefill_ms(1, 32, 0) returned {value!r}; a price must be a number of ms from 0 "
+        "to 1e+09 [plugin-error]"]
+
+
+def test_a_plugin_timing_provider_that_returns_no_timer_names_the_plugin(
+        replay_toml: Callable[..., ReplayRun], plugin_manager: Any) -> None:
+    with pytest.raises(PluginError) as info:
+        replay_toml(small_config(timing="not-a-timer", requests=1, concurrency=1))
+    assert rendered(info.value) == [
+        f"plugin {_name(plugin_manager, ExtrasPlugin)!r}: timing provider 'not-a-timer' "
+        "returned None, which has no prefill_ms or decode_ms method; a provider returns a "
+        "step timer [plugin-error]"]
 
 
 def test_unknown_timing_type(compile_toml: Callable[..., Any]) -> None:
@@ -313,8 +324,8 @@ def test_unknown_timing_type(compile_toml: Callable[..., Any]) -> None:
         compile_toml(small_config(timing="flta"), stop_after="parse")
     assert rendered(info.value) == [
         "engine.workers.aggregated.timing.type: unknown timing type 'flta' (registered: "
-        "default, exploding, fixed, flat, fronted, grouped, invalid, polynomial, table) "
-        "[unknown-timing]"]
+        "default, exploding, fixed, flat, fronted, grouped, invalid, not-a-timer, polynomial, "
+        "table) [unknown-timing]"]
 
 
 def test_a_plugin_trace_format_feeds_the_replay(

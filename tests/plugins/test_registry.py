@@ -37,6 +37,20 @@ class _Broken:
         raise RuntimeError("boom")
 
 
+class _UnknownHook:
+    @hookimpl
+    def servesim_register_widgets(self) -> list[object]:
+        return []
+
+
+def test_a_plugin_implementing_a_hook_servesim_does_not_define_is_named() -> None:
+    with pytest.raises(ServesimError) as info:
+        get_plugin_manager(load_entrypoints=False, plugins=[_UnknownHook()])
+    (diag,) = info.value.diagnostics
+    assert diag.code == "plugin-load-failed"
+    assert "unknown hook 'servesim_register_widgets'" in diag.message
+
+
 def test_builtin_engines_register_through_the_hook() -> None:
     registry = EngineRegistry.collect(get_plugin_manager(load_entrypoints=False))
     assert registry.names() == ["disagg", "vllm"]

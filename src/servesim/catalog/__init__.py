@@ -112,6 +112,26 @@ def _int(cfg: Mapping[str, Any], *keys: str, default: int | None = None, lo: int
     return default
 
 
+def _indices(cfg: Mapping[str, Any], key: str, num_layers: int) -> list[int]:
+    """A list of layer indices (0 to ``num_layers``) that ``cfg`` may set under ``key``."""
+    value = cfg.get(key) or []
+    if not isinstance(value, list) or not all(
+            isinstance(i, int) and not isinstance(i, bool) and 0 <= i <= num_layers
+            for i in value):
+        raise CatalogError(f"config.json: {key!r} must be a list of layer indices from 0 to "
+                           f"{num_layers}")
+    return value
+
+
+def _bool(cfg: Mapping[str, Any], key: str, default: bool = False) -> bool:
+    value = cfg.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise CatalogError(f"config.json: {key!r} must be true or false, got {value!r:.40}")
+    return value
+
+
 def _req_int(name: str, cfg: Mapping[str, Any], *keys: str, hi: int = CONFIG_INT_MAX) -> int:
     value = _int(cfg, *keys, lo=1, hi=hi)
     if value is None:
@@ -167,10 +187,8 @@ def _layer_kinds(
 
     lac = cfg.get("linear_attn_config")
     if isinstance(lac, Mapping) and linear is not None:
-        full = [int(i) for i in lac.get("full_attn_layers") or []]
-        kda = [int(i) for i in lac.get("kda_layers") or []]
-        if any(not 0 <= i <= num_layers for i in full + kda):
-            raise CatalogError(f"model {name!r}: linear_attn_config layer index out of range")
+        full = _indices(lac, "full_attn_layers", num_layers)
+        kda = _indices(lac, "kda_layers", num_layers)
         indices = full + kda
         one_based = bool(indices) and 0 not in indices  # vLLM: layer_idx + 1 in kda_layers
         offset = 1 if one_based else 0
@@ -182,7 +200,10 @@ def _layer_kinds(
         return tuple(kinds), None
 
     layer_types = cfg.get("layer_types")
-    if isinstance(layer_types, list) and len(layer_types) == num_layers:
+    if layer_types is not None:
+        if not isinstance(layer_types, list) or len(layer_types) != num_layers:
+            raise CatalogError(f"config.json: 'layer_types' must be a list of the "
+                               f"{num_layers} layers' types")
         out: list[MixerKind] = []
         for lt in layer_types:
             if lt == "full_attention":
@@ -196,7 +217,7 @@ def _layer_kinds(
         return tuple(out), None
 
     if linear is not None and linear.kind == "gdn":
-        interval = _int(cfg, "full_attention_interval", default=4) or 4
+        interval = _int(cfg, "full_attention_interval", default=4, lo=1) or 4
         return (
             tuple(
                 "full_attention" if (i + 1) % interval == 0 else "gdn" for i in range(num_layers)
@@ -206,11 +227,12 @@ def _layer_kinds(
     return tuple("full_attention" for _ in range(num_layers)), None
 
 
-def _linear_attention(cfg: Mapping[str, Any]) -> LinearAttention | None:
+def _linear_attention(name: str, cfg: Mapping[str, Any]) -> LinearAttention | None:
+    """The recurrent layers' state geometry (every size required, >= 1), or None."""
     lac = cfg.get("linear_attn_config")
     if isinstance(lac, Mapping) and lac.get("kda_layers"):
-        heads = _int(lac, "num_heads") or 0
-        dim = _int(lac, "head_dim") or 0
+        heads = _req_int(name, lac, "num_heads")
+        dim = _req_int(name, lac, "head_dim")
         return LinearAttention(
             kind="kda",
             num_key_heads=heads,
@@ -224,10 +246,10 @@ def _linear_attention(cfg: Mapping[str, Any]) -> LinearAttention | None:
         ssm = cfg.get("mamba_ssm_dtype")
         return LinearAttention(
             kind="gdn",
-            num_key_heads=_int(cfg, "linear_num_key_heads") or 0,
-            num_value_heads=_int(cfg, "linear_num_value_heads") or 0,
-            key_head_dim=_int(cfg, "linear_key_head_dim") or 0,
-            value_head_dim=_int(cfg, "linear_value_head_dim") or 0,
+            num_key_heads=_req_int(name, cfg, "linear_num_key_heads"),
+            num_value_heads=_req_int(name, cfg, "linear_num_value_heads"),
+            key_head_dim=_req_int(name, cfg, "linear_key_head_dim"),
+            value_head_dim=_req_int(name, cfg, "linear_value_head_dim"),
             conv_kernel=_int(cfg, "linear_conv_kernel_dim", default=4) or 4,
             ssm_dtype=str(ssm) if isinstance(ssm, str) else None,
         )
@@ -236,9 +258,9 @@ def _linear_attention(cfg: Mapping[str, Any]) -> LinearAttention | None:
         return LinearAttention(
             kind="mamba2",
             num_key_heads=_int(cfg, "n_groups", default=1) or 1,
-            num_value_heads=_int(cfg, "mamba_num_heads") or 0,
-            key_head_dim=_int(cfg, "ssm_state_size") or 0,
-            value_head_dim=_int(cfg, "mamba_head_dim") or 0,
+            num_value_heads=_req_int(name, cfg, "mamba_num_heads"),
+            key_head_dim=_req_int(name, cfg, "ssm_state_size"),
+            value_head_dim=_req_int(name, cfg, "mamba_head_dim"),
             conv_kernel=_int(cfg, "conv_kernel", default=4) or 4,
             ssm_dtype=str(ssm) if isinstance(ssm, str) else None,
         )
@@ -306,14 +328,23 @@ class ModelInfo:
                               hi=MAX_LAYERS)
         hidden = _req_int(name, lm, "hidden_size", "d_model", "n_embd")
         heads = _req_int(name, lm, "num_attention_heads", "n_head")
-        kv_heads = _int(lm, "num_key_value_heads", default=heads) or heads
-        head_dim = _int(lm, "head_dim") or hidden // heads
+        kv_heads = _int(lm, "num_key_value_heads", default=heads, lo=1) or heads
+        if heads % kv_heads:
+            raise CatalogError(f"config.json: num_key_value_heads ({kv_heads}) must divide "
+                               f"num_attention_heads ({heads})")
+        head_dim = _int(lm, "head_dim", lo=1) or hidden // heads
+        if head_dim < 1:
+            raise CatalogError(f"config.json: hidden_size ({hidden}) over num_attention_heads "
+                               f"({heads}) leaves no head_dim; set head_dim")
         vocab = _req_int(name, lm, "vocab_size")
 
         dtype_raw = lm.get("torch_dtype") or lm.get("dtype") or raw.get("torch_dtype")
         dtype_raw = dtype_raw or raw.get("dtype")
         dtype_name = str(dtype_raw).removeprefix("torch.") if isinstance(dtype_raw, str) else None
-        dtype_bytes = (dtype_name_bytes(dtype_name) if dtype_name else None) or 2
+        dtype_bytes = dtype_name_bytes(dtype_name) if dtype_name else 2
+        if dtype_bytes is None or (dtype_raw is not None and dtype_name is None):
+            raise CatalogError(f"config.json: torch_dtype {dtype_raw!r:.40} is not a dtype "
+                               f"servesim knows ({', '.join(sorted(_DTYPE_BYTES))})")
 
         qc = lm.get("quantization_config") or raw.get("quantization_config")
         quant, quant_bytes = _quant_info(qc)
@@ -324,7 +355,7 @@ class ModelInfo:
         elif quant_bytes is not None:
             expert_bytes = quant_bytes
 
-        kv_lora = _int(lm, "kv_lora_rank")
+        kv_lora = _int(lm, "kv_lora_rank", lo=1)
         is_mla = kv_lora is not None
         num_experts = _int(lm, "num_experts", "n_routed_experts", "num_local_experts") or 0
         topk = _int(lm, "num_experts_per_tok", "experts_per_token", "num_experts_per_token") or 0
@@ -348,17 +379,12 @@ class ModelInfo:
             n_shared = 1
         first_dense = _int(lm, "first_k_dense_replace", default=0) or 0
 
-        linear = _linear_attention(lm)
+        linear = _linear_attention(name, lm)
         layer_types, mlp_from_pattern = _layer_kinds(name, lm, num_layers, linear)
         if mlp_from_pattern is not None:
             mlp_types = mlp_from_pattern
         elif num_experts:
-            only = lm.get("mlp_only_layers") or []
-            if not isinstance(only, list) or not all(
-                    isinstance(i, int) and not isinstance(i, bool) for i in only):
-                raise CatalogError("config.json: 'mlp_only_layers' must be a list of layer "
-                                   "indices")
-            dense_only = set(only)
+            dense_only = set(_indices(lm, "mlp_only_layers", num_layers))
             step = _int(lm, "decoder_sparse_step", "moe_layer_freq", default=1) or 1
             mlp_types = tuple(
                 "dense" if i < first_dense or i in dense_only or (i + 1) % step else "moe"
@@ -388,7 +414,8 @@ class ModelInfo:
             weight_quant=quant,
             weight_dtype_bytes=weight_bytes,
             expert_weight_dtype_bytes=expert_bytes,
-            tie_word_embeddings=bool(lm.get("tie_word_embeddings", raw.get("tie_word_embeddings"))),
+            tie_word_embeddings=_bool(lm, "tie_word_embeddings",
+                                      _bool(raw, "tie_word_embeddings")),
             kv_lora_rank=kv_lora,
             qk_rope_head_dim=_int(lm, "qk_rope_head_dim") if is_mla else None,
             qk_nope_head_dim=_int(lm, "qk_nope_head_dim") if is_mla else None,
@@ -407,7 +434,7 @@ class ModelInfo:
             mlp_types=mlp_types,
             linear_attention=linear,
             mlp_gated=act not in ("relu2",),
-            attn_output_gate=bool(lm.get("attn_output_gate", False)),
+            attn_output_gate=_bool(lm, "attn_output_gate"),
         )
 
     @property

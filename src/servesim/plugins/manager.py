@@ -9,7 +9,6 @@ registered - becomes a :class:`PluginError` naming the plugin, its package and t
 
 from __future__ import annotations
 
-import math
 import os
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 import pluggy
 
+from servesim import limits
 from servesim.engines.base import Engine
 from servesim.errors import Diagnostic, ServesimError
 from servesim.plugins import hookspecs
@@ -97,7 +97,14 @@ def get_plugin_manager(*, load_entrypoints: bool = True,
                 f"{type(exc).__name__}: {exc}",
                 hint=f"uninstall or fix the package, or set {DISABLE_AUTOLOAD_ENV}=1 to "
                 "skip entry-point plugins")]) from exc
-    pm.check_pending()
+    try:
+        pm.check_pending()
+    except pluggy.PluginValidationError as exc:
+        raise PluginError([Diagnostic(
+            code="plugin-load-failed", location=f"plugin {pm.get_name(exc.plugin)}",
+            message=f"cannot register plugin: {exc}",
+            hint="a plugin implements only the hooks servesim defines "
+                 "(`servesim_register_...`)")]) from exc
     return pm
 
 
@@ -311,6 +318,15 @@ class EngineRegistry:
         def make(role: RoleArgs) -> StepTimer:
             with reported_as(source, f"timing provider {name!r}"):
                 timer = factory(role)
+            missing = [m for m in ("prefill_ms", "decode_ms") if not callable(
+                getattr(timer, m, None))]
+            if missing:
+                raise PluginError([Diagnostic(
+                    code="plugin-error", location=f"plugin {source.label()}",
+                    message=f"timing provider {name!r} returned {timer!r:.60}, which has no "
+                            f"{' or '.join(missing)} method; a provider returns a step timer",
+                    hint="this is a bug in the plugin, not in servesim or your input; report "
+                         "it to the plugin's authors")])
             guard = _GuardedFrontEndTimer if hasattr(timer, "request_ms") else _GuardedTimer
             return guard(timer, source, f"timing provider {name!r}")
 
@@ -334,11 +350,11 @@ class _GuardedTimer:
         except Exception as exc:
             raise plugin_failure(self._source, f"{self._hook} {method}", exc) from exc
         if isinstance(value, bool) or not isinstance(value, int | float) or not (
-                0.0 <= value < math.inf):
+                0.0 <= value <= limits.STEP_MS):
             raise PluginError([Diagnostic(
                 code="plugin-error", location=f"plugin {self._source.label()}",
                 message=f"{self._hook} {method}{args} returned {value!r}; a price must be a "
-                        f"finite number of ms >= 0",
+                        f"number of ms from 0 to {limits.STEP_MS:g}",
                 hint="this is a bug in the plugin, not in servesim or your input; report it "
                      "to the plugin's authors")])
         return float(value)

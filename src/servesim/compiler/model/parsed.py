@@ -16,6 +16,7 @@ from typing import Any, Literal
 import attrs
 
 from servesim.limits import (
+    BANDWIDTH_GB_S,
     BIG,
     BLOCK_SIZE,
     BLOCKS,
@@ -130,7 +131,7 @@ class Workers:
 @attrs.frozen
 class KvTransfer:
     bytes_per_token: int | Auto | None = positive(BYTES_PER_TOKEN)
-    bandwidth_gb_per_second: float | None = limits(0.0, 1e9, lo_open=True)
+    bandwidth_gb_per_second: float | None = limits(*BANDWIDTH_GB_S)
     timing_mode: Literal["destination_missing", "full_prompt"] | None = None
 
 
