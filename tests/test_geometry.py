@@ -72,6 +72,11 @@ def test_kv_bytes_mla_is_not_divided_by_tp() -> None:
 def test_kv_bytes_rejects_bad_parallelism() -> None:
     with pytest.raises(GeometryError, match="tensor must be a positive integer"):
         kv_bytes_per_token(load_model("Qwen/Qwen3-32B"), tensor=0, pipeline=1, kv_dtype_bytes=2)
+    # 64 query heads and 8 KV heads: 3 ranks split neither, 128 ranks hold no whole head
+    for tensor in (3, 128):
+        with pytest.raises(GeometryError, match=f"tensor={tensor} does not shard"):
+            kv_bytes_per_token(load_model("Qwen/Qwen3-32B"), tensor=tensor, pipeline=1,
+                               kv_dtype_bytes=2)
 
 
 def test_kv_dtype_bytes() -> None:

@@ -119,7 +119,15 @@ def kv_bytes_per_token(
             f"kv_bytes_per_token {value} = {layer_note} x ({kv_lora} + {rope}) x {kv_dtype_bytes} B"
         )
         return value, formula
-    heads = _ceil_div(model.num_kv_heads, tensor)
+    kv = model.num_kv_heads
+    if model.num_attention_heads % tensor or (kv % tensor and tensor % kv):
+        # vLLM, SGLang and TensorRT-LLM shard the heads: each rank holds whole query heads
+        # and whole KV heads (replicated when fewer than the ranks)
+        raise GeometryError(
+            f"tensor={tensor} does not shard {model.name!r}: its {model.num_attention_heads} "
+            f"attention heads and {kv} KV heads must split evenly (or the KV heads replicate "
+            f"evenly) over the tensor-parallel ranks")
+    heads = _ceil_div(kv, tensor)
     value = 2 * heads * model.head_dim * layers * kv_dtype_bytes
     formula = (
         f"kv_bytes_per_token {value} = 2 x ceil({model.num_kv_heads}/{tensor}) kv heads x "
