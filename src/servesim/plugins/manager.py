@@ -139,15 +139,19 @@ def plugin_sources(pm: pluggy.PluginManager) -> dict[str, PluginSource]:
     return out
 
 
+def plugin_bug(source: PluginSource, message: str, where: str = "") -> PluginError:
+    """The error reported when plugin code misbehaves (``where``: its file and line)."""
+    return PluginError([Diagnostic(
+        code="plugin-error", location=f"plugin {source.label()}", message=message,
+        hint=f"this is a bug in the plugin{where}, not in servesim or your input; report it "
+        "to the plugin's authors")])
+
+
 def plugin_failure(source: PluginSource, hook: str, exc: BaseException) -> PluginError:
     """The error reported when plugin code raises: plugin, package, hook, innermost frame."""
     frames = traceback.extract_tb(exc.__traceback__)
     where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
-    error = PluginError([Diagnostic(
-        code="plugin-error", location=f"plugin {source.label()}",
-        message=f"raised in {hook}: {type(exc).__name__}: {exc}",
-        hint=f"this is a bug in the plugin{where}, not in servesim or your input; report it "
-        "to the plugin's authors")])
+    error = plugin_bug(source, f"raised in {hook}: {type(exc).__name__}: {exc}", where)
     error.__cause__ = exc
     return error
 
@@ -321,12 +325,9 @@ class EngineRegistry:
             missing = [m for m in ("prefill_ms", "decode_ms") if not callable(
                 getattr(timer, m, None))]
             if missing:
-                raise PluginError([Diagnostic(
-                    code="plugin-error", location=f"plugin {source.label()}",
-                    message=f"timing provider {name!r} returned {timer!r:.60}, which has no "
-                            f"{' or '.join(missing)} method; a provider returns a step timer",
-                    hint="this is a bug in the plugin, not in servesim or your input; report "
-                         "it to the plugin's authors")])
+                raise plugin_bug(source, f"timing provider {name!r} returned {timer!r:.60}, "
+                                 f"which has no {' or '.join(missing)} method; a provider "
+                                 "returns a step timer")
             guard = _GuardedFrontEndTimer if hasattr(timer, "request_ms") else _GuardedTimer
             return guard(timer, source, f"timing provider {name!r}")
 
@@ -351,12 +352,8 @@ class _GuardedTimer:
             raise plugin_failure(self._source, f"{self._hook} {method}", exc) from exc
         if isinstance(value, bool) or not isinstance(value, int | float) or not (
                 0.0 <= value <= limits.STEP_MS):
-            raise PluginError([Diagnostic(
-                code="plugin-error", location=f"plugin {self._source.label()}",
-                message=f"{self._hook} {method}{args} returned {value!r}; a price must be a "
-                        f"number of ms from 0 to {limits.STEP_MS:g}",
-                hint="this is a bug in the plugin, not in servesim or your input; report it "
-                     "to the plugin's authors")])
+            raise plugin_bug(self._source, f"{self._hook} {method}{args} returned {value!r}; "
+                             f"a price must be a number of ms from 0 to {limits.STEP_MS:g}")
         return float(value)
 
     def prefill_ms(self, batch: int, mean_isl: float, mean_prefix: float) -> float:
