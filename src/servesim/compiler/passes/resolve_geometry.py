@@ -259,8 +259,7 @@ def _resolve_role(rec: _Recorder, name: str, w: Worker, e: Engine, backend: Back
                     model, tensor=shape["tensor"], pipeline=shape["pipeline"],
                     kv_dtype_bytes=kv_dtype)
             except geometry.GeometryError as exc:
-                rec.fail((*pp, "tensor"), "indivisible-heads",
-                         str(exc))
+                rec.fail((*pp, "tensor"), "indivisible-heads", str(exc))
                 return None, meta
             rec.note((*kp, "bytes_per_token"), "derived", formula)
         state_bytes = sc.bytes_per_request if sc is not None else None
