@@ -296,6 +296,20 @@ def test_a_payload_given_for_a_config_says_which_command_takes_it(
                    "other commands a TOML config\n")
 
 
+@pytest.mark.parametrize(("timing", "expected"), [
+    ('type = "polynomial"\npath = "t.csv"', "timing.path: polynomial timing rejects path"),
+    ('type = "table"', "timing.path: table timing requires path (a CSV file)"),
+    ('type = "polynomial"\nprefill_ms = 1.0',
+     "timing: polynomial timing rejects fixed timing values (prefill_ms, decode_ms)"),
+])
+def test_a_timing_table_holds_only_its_type_s_keys(capsys: pytest.CaptureFixture[str],
+                                                   timing: str, expected: str) -> None:
+    config = QWEN + f"[engine.workers.aggregated.timing]\n{timing}\n"
+    code, _, err = run(capsys, "validate", write("c.toml", config))
+    assert code == 1
+    assert f"error: engine.workers.aggregated.{expected} [timing-" in err
+
+
 def test_a_misspelt_timing_type_is_the_only_problem_of_its_table(
         capsys: pytest.CaptureFixture[str]) -> None:
     config = QWEN + '[engine.workers.aggregated.timing]\ntype = "fixd"\nprefill_ms = 1.0\n' \

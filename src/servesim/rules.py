@@ -79,8 +79,8 @@ def backend_fields(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
 
 
 def timing_values(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
-    """Fixed timing needs both step times (spec V15, V57); the default timing prices only
-    weight precisions it knows."""
+    """Fixed timing needs both step times (spec V15, V57) and table timing its file, which
+    no other timing takes; the default timing prices only weight precisions it knows."""
     t = r.timing
     tp = (*path, "timing")
     if t.type == "fixed":
@@ -94,6 +94,10 @@ def timing_values(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
     elif t.prefill_ms is not None or t.decode_ms is not None:
         yield _d("timing-fixed", tp, f"{t.type} timing rejects fixed timing values "
                  "(prefill_ms, decode_ms)")
+    if t.type == "table" and t.path is None:
+        yield _d("timing-table", (*tp, "path"), "table timing requires path (a CSV file)")
+    if t.type != "table" and t.path is not None:
+        yield _d("timing-table", (*tp, "path"), f"{t.type} timing rejects path")
     # the weight precision the default timing prices comes from the engine's quant modes
     for key, config_key in (("gemm_quant", "gemm_quant_mode"), ("moe_quant", "moe_quant_mode")):
         name = getattr(t, key)

@@ -333,8 +333,6 @@ def test_every_range_and_shape_error_is_reported_at_once() -> None:
     text = HEAD + "nextn = 9\n" + AGG + """
 [engine.workers.aggregated.parallelism]
 tensor = 0
-[engine.workers.aggregated.timing]
-type = "fixed"
 [traffic.load]
 concurrency = 0
 """
@@ -343,8 +341,6 @@ concurrency = 0
         "[out-of-range]",
         "engine.nextn: must be in [0, 5], got 9 [out-of-range]",
         "traffic.load.concurrency: must be in [1, 2^20], got 0 [out-of-range]",
-        "engine.workers.aggregated.timing: fixed timing requires prefill_ms and decode_ms "
-        "[timing-fixed]",
         "engine.nextn_accepted: nextn requires explicit nextn_accepted [nextn-accepted]"]
 
 

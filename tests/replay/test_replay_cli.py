@@ -182,6 +182,8 @@ def test_a_hand_written_payload_is_checked_with_the_shared_rules(
      "traffic.load.concurrency: unknown key 'concurrency' [bad-workload]"),
     (lambda d: d["workload"].update(stop={"requests": 0}),
      "traffic.stop.requests: 'requests' must be an integer >= 1"),
+    (lambda d: d["roles"]["aggregated"]["timing"].update(path="x.csv"),
+     "engine.workers.aggregated.timing.path: fixed timing rejects path [timing-table]"),
     (lambda d: d.update(sla={"ttft_ms": -5}),
      "evaluation.sla.ttft_ms: must be in (0, 1000000000000], got -5 [out-of-range]"),
 ])

@@ -26,7 +26,6 @@ from servesim.compiler.model.parsed import (
     Engine,
     KvCache,
     ParsedConfig,
-    Timing,
     Traffic,
     Worker,
 )
@@ -43,13 +42,8 @@ def parse(source: SourceText, ctx: CompileContext) -> ParsedConfig:
     cfg, diags = structure(make_converter(), data, ParsedConfig)
     if cfg is None:
         raise CompileError([_staged(d) for d in diags])
-    plugins = check_plugin_sections(cfg, registry_of(ctx))
-    # a timing type no one registered (a typo) is the one problem of its table
-    unknown = [d.path[:-1] for d in plugins if d.code == "unknown-timing"]
-    diags = check_limits(cfg) + [
-        d for d in check_shape(cfg)
-        if not (d.code.startswith("timing-") and any(d.path[:len(u)] == u for u in unknown))
-    ] + plugins
+    diags = check_limits(cfg) + list(check_shape(cfg)) \
+        + check_plugin_sections(cfg, registry_of(ctx))
     if diags:
         raise CompileError([_staged(d) for d in diags])
     return cfg
@@ -130,7 +124,6 @@ def _worker(name: str, w: Worker, mode: str, path: Path) -> Iterator[Diagnostic]
                      f"{w.hardware!r}")
     if w.kv_cache is not None:
         yield from _kv_cache(w.kv_cache, (*path, "kv_cache"))
-    yield from _timing(w.timing or Timing(), (*path, "timing"))
 
 
 def _kv_cache(kv: KvCache, path: Path) -> Iterator[Diagnostic]:
@@ -172,20 +165,6 @@ def _kv_cache(kv: KvCache, path: Path) -> Iterator[Diagnostic]:
         yield _d("state-cache-capacity", (*path, "state_cache"),
                  "state_cache requires fixed capacity (blocks or bytes)",
                  "set capacity = { type = \"fixed\", blocks = N }")
-
-
-def _timing(t: Timing, path: Path) -> Iterator[Diagnostic]:
-    kind = t.type or "default"
-    has_fixed = t.prefill_ms is not None or t.decode_ms is not None
-    if kind == "fixed" and (t.prefill_ms is None or t.decode_ms is None):
-        yield _d("timing-fixed", path, "fixed timing requires prefill_ms and decode_ms")
-    if kind != "fixed" and has_fixed:
-        yield _d("timing-fixed", path, f"{kind} timing rejects fixed timing values "
-                 "(prefill_ms, decode_ms)")
-    if kind == "table" and t.path is None:
-        yield _d("timing-table", (*path, "path"), "table timing requires path (a CSV file)")
-    if kind != "table" and t.path is not None:
-        yield _d("timing-table", (*path, "path"), f"{kind} timing rejects path")
 
 
 def _speculation(e: Engine) -> Iterator[Diagnostic]:
