@@ -246,3 +246,12 @@ def test_bad_workload_specs_raise_workload_error(spec: dict[str, object], messag
         build_workload(spec)
     assert info.value.diagnostics[0].message == message
     assert info.value.diagnostics[0].path[0] == "traffic"
+
+
+def test_a_payload_seed_is_held_to_the_config_s_range() -> None:
+    spec = {"source": {"type": "synthetic"}, "stop": {"requests": 1},
+            "load": {"type": "poisson", "requests_per_second": 1.0, "seed": -1}}
+    with pytest.raises(WorkloadError) as info:
+        build_workload(spec)
+    (diag,) = info.value.diagnostics
+    assert diag.message.startswith("'seed' must be an integer >= 0")

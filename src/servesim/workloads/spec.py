@@ -212,7 +212,7 @@ def _parse_load(table: Mapping[str, Any], source_type: str) -> Load:
         key = rate_key(source_type)
         _known(table, path, "type", key, "seed")
         rate = _float(table, key, path, None, positive=True)
-        seed = _int(table, "seed", path, DEFAULT_POISSON_SEED, -(2**63))
+        seed = _int(table, "seed", path, DEFAULT_POISSON_SEED, 0)
         return RateLoad(kind, rate, key.removesuffix("_per_second"), seed)  # type: ignore[arg-type]
     if kind == "trace_timestamps":
         _known(table, path, "type", "speedup")
