@@ -87,8 +87,9 @@ def timing_values(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
         for key in ("prefill_ms", "decode_ms"):
             v = getattr(t, key)
             if v is None:
-                yield _d("timing-fixed", tp, "fixed timing requires prefill_ms and decode_ms")
-                return
+                yield _d("timing-fixed", (*tp, key),
+                         "fixed timing requires prefill_ms and decode_ms")
+                continue
             if not math.isfinite(v) or v < 0:
                 yield _d("timing-fixed", (*tp, key), f"must be a finite number >= 0, got {v}")
     elif t.prefill_ms is not None or t.decode_ms is not None:

@@ -105,9 +105,8 @@ def _int(cfg: Mapping[str, Any], *keys: str, default: int | None = None, lo: int
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-            shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
             raise CatalogError(f"config.json: {key!r} must be an integer from {lo} to {hi}, "
-                               f"got {shown}")
+                               f"got {value!r:.40}")
         return value
     return default
 

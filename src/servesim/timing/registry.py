@@ -15,6 +15,7 @@ import attrs
 
 from servesim.errors import Diagnostic, ReplayError
 from servesim.payload import RoleArgs
+from servesim.rules import role_path, timing_values
 from servesim.timing.base import StepTimer
 from servesim.timing.fixed import FixedTimer
 from servesim.timing.polynomial import PolynomialTimer
@@ -26,20 +27,17 @@ def _timing_path(role: RoleArgs, key: str) -> tuple[str, ...]:
     return ("engine", "workers", role.worker_type, "timing", key)
 
 
-def _fixed(role: RoleArgs) -> StepTimer:
-    t = role.timing
-    problems = [
-        Diagnostic(
-            code="timing-invalid",
-            message=f"fixed timing requires a finite {key} >= 0, got {value!r}",
-            path=_timing_path(role, key),
-        )
-        for key, value in (("prefill_ms", t.prefill_ms), ("decode_ms", t.decode_ms))
-        # `not value >= 0` also catches NaN; inf is rejected explicitly.
-        if value is None or not value >= 0 or value == float("inf")
-    ]
+def _checked(role: RoleArgs) -> RoleArgs:
+    """``role``, once its timing values pass the shared rule (a direct caller may hand in
+    a role no compile or payload check has seen)."""
+    problems = list(timing_values(role, role_path(role.worker_type)))
     if problems:
         raise ReplayError(problems)
+    return role
+
+
+def _fixed(role: RoleArgs) -> StepTimer:
+    t = _checked(role).timing
     assert t.prefill_ms is not None and t.decode_ms is not None
     return FixedTimer(prefill_ms=float(t.prefill_ms), decode_ms=float(t.decode_ms))
 
@@ -57,12 +55,10 @@ def _default(role: RoleArgs) -> StepTimer:
 def _table(role: RoleArgs) -> StepTimer:
     from servesim.timing.table import TableTimer
 
-    if not role.timing.path:
-        raise ReplayError([Diagnostic(code="timing-invalid",
-                                      message="table timing requires timing.path (a CSV file)",
-                                      path=_timing_path(role, "path"))])
+    path = _checked(role).timing.path
+    assert path is not None
     try:
-        return TableTimer(role.timing.path)
+        return TableTimer(path)
     except ReplayError as exc:
         hint = "check " + ".".join(_timing_path(role, "path"))
         raise ReplayError([attrs.evolve(d, hint=d.hint or hint)
