@@ -28,7 +28,7 @@ from servesim.compiler.model.resolved import ResolvedConfig, ValidatedConfig
 from servesim.compiler.source import SourceText
 from servesim.errors import Diagnostic, PayloadError, ServesimError
 from servesim.payload import Payload, anchor_paths, dump_payload, load_payload, payload_to_dict
-from servesim.plugins.manager import EngineRegistry, get_plugin_manager
+from servesim.plugins.manager import PLUGIN_FAULTS, EngineRegistry, get_plugin_manager
 
 EXIT_OK, EXIT_INPUT, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -114,7 +114,7 @@ def _registry(modules: list[str]) -> EngineRegistry:
     for name in modules:
         try:
             plugins.append(importlib.import_module(name))
-        except Exception as exc:
+        except PLUGIN_FAULTS as exc:
             raise ServesimError([Diagnostic(
                 code="plugin-import", location=f"--plugin {name}",
                 message=f"cannot import plugin module: {type(exc).__name__}: {exc}")]) from exc

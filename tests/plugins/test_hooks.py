@@ -148,6 +148,22 @@ class _Grouped:
         return self.passes.decode_ms(batch, active, mean_context, total)
 
 
+class _Exiting(_Exploding):
+    def decode_ms(self, batch: int, active_kv_tokens: int, mean_context: float,
+                  total_kv_tokens: int) -> float:
+        sys.exit(3)
+
+
+class _Unclosable:
+    """A trace reader whose file went away: reading fails, and so does closing."""
+
+    def sessions(self) -> Iterator[Any]:
+        raise OSError("disk gone")
+
+    def close(self) -> None:
+        raise RuntimeError("cannot close either")
+
+
 class _Invalid:
     """Prices a prefill at ``value`` (set per test) and a decode step at 1 ms."""
 
@@ -163,13 +179,14 @@ class _Invalid:
 class ExtrasPlugin:
     @hookimpl
     def servesim_register_timing_providers(self) -> Mapping[str, Callable[..., StepTimer]]:
-        return {"flat": _flat, "exploding": lambda role: _Exploding(), "fronted": _Fronted,
+        return {"flat": _flat, "exploding": lambda role: _Exploding(),
+                "exiting": lambda role: _Exiting(), "fronted": _Fronted,
                 "grouped": _Grouped, "invalid": lambda role: _Invalid(),
                 "not-a-timer": lambda role: None}
 
     @hookimpl
     def servesim_register_trace_formats(self) -> Mapping[str, TraceLoader]:
-        return {"lines": request_format(_lines)}
+        return {"lines": request_format(_lines), "unclosable": lambda trace: _Unclosable()}
 
 
 @pytest.fixture
@@ -324,8 +341,8 @@ def test_unknown_timing_type(compile_toml: Callable[..., Any]) -> None:
         compile_toml(small_config(timing="flta"), stop_after="parse")
     assert rendered(info.value) == [
         "engine.workers.aggregated.timing.type: unknown timing type 'flta' (registered: "
-        "default, exploding, fixed, flat, fronted, grouped, invalid, not-a-timer, polynomial, "
-        "table) [unknown-timing]"]
+        "default, exiting, exploding, fixed, flat, fronted, grouped, invalid, not-a-timer, "
+        "polynomial, table) [unknown-timing]"]
 
 
 def test_a_plugin_trace_format_feeds_the_replay(
@@ -341,7 +358,7 @@ def test_a_plugin_trace_format_feeds_the_replay(
         replay_toml(text.replace('"lines"', '"line"'))
     assert rendered(info.value) == [
         "traffic.source.format: unknown trace format 'line' (registered: lines, mooncake, "
-        "mooncake-delta) [unknown-trace-format]"]
+        "mooncake-delta, unclosable) [unknown-trace-format]"]
 
 
 def test_exceptions_in_timing_and_trace_plugins_name_the_plugin_and_hook(
@@ -361,6 +378,20 @@ def test_exceptions_in_timing_and_trace_plugins_name_the_plugin_and_hook(
     assert rendered(info.value) == [
         f"plugin {plugin!r}: raised in trace format 'lines' sessions(): ValueError: line 2 "
         "explodes [plugin-error]"]
+    with pytest.raises(PluginError) as info:  # the first error, not close()'s after it
+        replay_toml(text.replace('"lines"', '"unclosable"'))
+    assert rendered(info.value) == [
+        f"plugin {plugin!r}: raised in trace format 'unclosable' sessions(): OSError: disk "
+        "gone [plugin-error]"]
+
+
+def test_a_plugin_calling_sys_exit_is_reported_not_obeyed(
+        replay_toml: Callable[..., ReplayRun], plugin_manager: Any) -> None:
+    with pytest.raises(PluginError) as info:
+        replay_toml(small_config(timing="exiting", requests=1))
+    assert rendered(info.value) == [
+        f"plugin {_name(plugin_manager, ExtrasPlugin)!r}: raised in timing provider 'exiting' "
+        "decode_ms: SystemExit: 3 [plugin-error]"]
 
 
 # --- registration errors ---------------------------------------------------------------------
@@ -470,14 +501,16 @@ def test_a_duplicate_engine_names_both_packages(installed: Callable[..., None]) 
         "[duplicate-engine]"]
 
 
-def test_a_plugin_that_fails_to_import_is_named(installed: Callable[..., None]) -> None:
+@pytest.mark.parametrize("failure", [ImportError("no module named 'numpyy'"), SystemExit(3)])
+def test_a_plugin_that_fails_to_import_is_named(installed: Callable[..., None],
+                                                failure: BaseException) -> None:
     installed(("pkg-ok", "1.0", "ok", _module("ok", EchoEngine)),
-              ("pkg-bad", "0.1", "bad", ImportError("no module named 'numpyy'")))
+              ("pkg-bad", "0.1", "bad", failure))
     with pytest.raises(PluginError) as info:
         get_plugin_manager()
     assert rendered(info.value) == [
         "plugin 'bad' (package pkg-bad 0.1): loading the 'servesim' entry-point plugin "
-        "failed: ImportError: no module named 'numpyy' [plugin-load-failed]"]
+        f"failed: {type(failure).__name__}: {failure} [plugin-load-failed]"]
 
 
 def test_a_plugin_engine_that_raises_in_replay_is_not_a_servesim_crash(

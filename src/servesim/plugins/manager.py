@@ -36,6 +36,9 @@ if TYPE_CHECKING:
 ENTRY_POINT_GROUP = "servesim"
 DISABLE_AUTOLOAD_ENV = "SERVESIM_DISABLE_PLUGIN_AUTOLOAD"
 BUILTIN = "servesim.builtin"
+# what third-party code may raise that servesim reports instead of ending with it: a plugin
+# calling sys.exit() is a bug in the plugin, like any exception (Ctrl-C still stops servesim)
+PLUGIN_FAULTS = (Exception, SystemExit)
 
 
 class PluginError(ServesimError):
@@ -82,14 +85,14 @@ def get_plugin_manager(*, load_entrypoints: bool = True,
             continue  # the same module given twice (or also loaded as an entry point)
         try:
             pm.register(plugin)
-        except Exception as exc:
+        except PLUGIN_FAULTS as exc:
             raise PluginError([Diagnostic(
                 code="plugin-load-failed", location=f"plugin {name}",
                 message=f"cannot register plugin: {type(exc).__name__}: {exc}")]) from exc
     if load_entrypoints and not os.environ.get(DISABLE_AUTOLOAD_ENV):
         try:
             pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
-        except Exception as exc:
+        except PLUGIN_FAULTS as exc:
             culprit = _unloaded_entry_point(pm)
             raise PluginError([Diagnostic(
                 code="plugin-load-failed", location=f"plugin {culprit}",
@@ -170,7 +173,7 @@ def reported_as(source: PluginSource | None, hook: str) -> Iterator[None]:
         yield
     except ServesimError:
         raise
-    except Exception as exc:
+    except PLUGIN_FAULTS as exc:
         raise plugin_failure(source, hook, exc) from exc
 
 
@@ -348,7 +351,7 @@ class _GuardedTimer:
             value = price(*args)
         except ServesimError:
             raise
-        except Exception as exc:
+        except PLUGIN_FAULTS as exc:
             raise plugin_failure(self._source, f"{self._hook} {method}", exc) from exc
         if isinstance(value, bool) or not isinstance(value, int | float) or not (
                 0.0 <= value <= limits.STEP_MS):
@@ -381,6 +384,6 @@ class _GuardedFrontEndTimer(_GuardedTimer):
             latency: float = self._timer.request_ms(input_tokens)  # type: ignore[attr-defined]
         except ServesimError:
             raise
-        except Exception as exc:
+        except PLUGIN_FAULTS as exc:
             raise plugin_failure(self._source, f"{self._hook} request_ms", exc) from exc
         return latency

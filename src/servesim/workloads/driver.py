@@ -13,6 +13,7 @@ requests whose id is below the count.
 
 from __future__ import annotations
 
+import contextlib
 import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -121,8 +122,8 @@ class SessionWorkload:
         return spec
 
     def start(self) -> Iterator[RequestSpec]:
-        if self._on_close is not None:
-            self._on_close()
+        if self._units is not None:  # a previous replay still reads
+            self.close()
         self._units = self._make_units()
         self._live = {}
         self._released = 0
@@ -164,5 +165,9 @@ class SessionWorkload:
     def __enter__(self) -> SessionWorkload:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc is None:
+            self.close()
+            return
+        with contextlib.suppress(Exception):  # the error that ended the replay is reported
+            self.close()
