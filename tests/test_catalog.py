@@ -326,6 +326,53 @@ def test_a_config_json_value_no_model_has_is_refused_by_key(config: dict[str, ob
         ModelInfo.from_config("m", config)
 
 
+def _quant(method: str, **kw: object) -> dict[str, object]:
+    return {"quantization_config": {"quant_method": method, **kw}}
+
+
+def _ct(bits: int, kind: str = "int", **kw: object) -> dict[str, object]:
+    weights = {"num_bits": bits, "type": kind, "group_size": 32}
+    return _quant("compressed-tensors", config_groups={"g": {"weights": weights}}, **kw)
+
+
+@pytest.mark.parametrize(("config", "expected"), [
+    # (format, bytes per dense weight, bytes per routed-expert weight)
+    ({**CONFIG, **_quant("gptq", bits=4, group_size=128)}, ("int4", 0.515625, 0.515625)),
+    ({**CONFIG, **_quant("awq", bits=4, group_size=64)}, ("int4", 0.53125, 0.53125)),
+    ({**CONFIG, **_quant("gptq", bits=8, group_size=-1)}, ("w8a16", 1.0, 1.0)),
+    ({**CONFIG, **_quant("modelopt", quant_algo="NVFP4")}, ("nvfp4", 0.5625, 0.5625)),
+    # a dense model's 4-bit weights are its linear layers, not only experts it lacks
+    ({**CONFIG, **_ct(4)}, ("int4", 0.5625, 0.5625)),
+    ({**MOE, **_ct(4)}, ("int4", 0.5625, 0.5625)),
+    # attention left in bf16 (Kimi K2.5's ignore list): only the routed experts narrow
+    ({**MOE, **_ct(4, ignore=["lm_head", "re:.*self_attn.*"])}, ("int4", 2.0, 0.5625)),
+    ({**MOE, **_quant("mxfp4", modules_to_not_convert=["model.layers.*.self_attn"])},
+     ("mxfp4", 2.0, 0.53125)),
+    # one norm of the attention block kept (GLM-5) is not the block
+    ({**MOE, **_quant("fp8", modules_to_not_convert=["model.layers.0.self_attn.kv_norm"])},
+     ("fp8", 1.0, 1.0)),
+])
+def test_quantization_config_sizes_the_weights_it_covers(
+        config: dict[str, object], expected: tuple[str, float, float]) -> None:
+    m = ModelInfo.from_config("m", config)
+    assert (m.weight_quant, m.weight_dtype_bytes, m.expert_weight_dtype_bytes) == expected
+
+
+@pytest.mark.parametrize(("config", "message"), [
+    (_quant("bitsandbytes", load_in_4bit=True), "quant_method 'bitsandbytes'"),
+    (_quant("gptq", bits=3), "gptq with bits = 3"),
+    (_quant("modelopt", quant_algo="W4A8_AWQ"), "modelopt with quant_algo = 'W4A8_AWQ'"),
+    (_ct(2), "compressed-tensors weights of 2 bits"),
+    (_quant("compressed-tensors", config_groups={}), "compressed-tensors without a weights "
+                                                     "scheme"),
+])
+def test_a_quantization_servesim_cannot_size_is_refused(config: dict[str, object],
+                                                        message: str) -> None:
+    with pytest.raises(CatalogError, match=message) as info:
+        ModelInfo.from_config("m", {**CONFIG, **config})
+    assert "remove quantization_config" in str(info.value)
+
+
 def test_a_null_config_json_value_is_unset() -> None:
     assert ModelInfo.from_config("m", {**CONFIG, "head_dim": None}).head_dim == 4
 

@@ -271,6 +271,7 @@ WEIGHT_QUANT: dict[str, tuple[float, str]] = {
     "int4": (0.5 + 1 / 64, "bf16"),
     "int4_wo": (0.5 + 1 / 64, "bf16"),  # weight-only int4 (w4a16)
     "w4a16": (0.5 + 1 / 64, "bf16"),
+    "w8a16": (1.0 + 1 / 64, "bf16"),  # weight-only int8 (GPTQ / AWQ 8-bit)
 }
 
 

@@ -81,6 +81,6 @@ def test_the_default_timing_refuses_float32_weights(key: str) -> None:
         aggregated(config(SMALL, f'{key} = "float32"'))
     assert [d.render() for d in info.value.diagnostics] == [
         f"engine.{key}: the default timing cannot price float32 weights (it prices bf16, "
-        "fp16, fp4, fp8, fp8_block, int4, int4_wo, int8, mxfp4, nvfp4, w4a16) "
+        "fp16, fp4, fp8, fp8_block, int4, int4_wo, int8, mxfp4, nvfp4, w4a16, w8a16) "
         "[timing-unsupported]\n"
         '  hint: choose a precision it prices, or timing.type = "table" / "fixed"']

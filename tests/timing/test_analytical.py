@@ -95,6 +95,18 @@ def test_weight_only_4bit_kernels_share_one_efficiency() -> None:
     assert int4.decode_ms(1, 1024, 1024, 0) < bf16.decode_ms(1, 1024, 1024, 0)
 
 
+def test_a_checkpoint_s_own_quantization_picks_the_kernels() -> None:
+    # Kimi K2.5 ships int4 (w4a16) routed experts: on a B200, bf16 tensor cores after
+    # dequantisation, not the FP4 ones its size alone would suggest; gpt-oss's MXFP4
+    # experts run FP4 ones, and the bf16 layers of both bf16 ones.
+    kimi = _timer("moonshotai/Kimi-K2.5", "b200_sxm", tensor=8).geometry
+    assert (kimi.gemm_quant, kimi.moe_quant, kimi.moe_peak) == (
+        "bf16", "int4", load_gpu("b200_sxm").bf16_flops)
+    gpt = _timer("openai/gpt-oss-120b", "b200_sxm", tensor=8).geometry
+    assert (gpt.gemm_quant, gpt.moe_quant, gpt.moe_peak) == (
+        "bf16", "mxfp4", load_gpu("b200_sxm").fp4_flops)
+
+
 def test_fp8_weights_without_fp8_tensor_cores_run_bf16_kernels() -> None:
     # An A100 has no FP8 tensor cores: FP8 weights are dequantised into bf16 GEMMs, which
     # run at bf16's efficiency and only read half the bytes. On an H100 they run FP8 ones.

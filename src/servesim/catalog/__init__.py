@@ -138,33 +138,72 @@ def _req_int(name: str, cfg: Mapping[str, Any], *keys: str, hi: int = CONFIG_INT
     return value
 
 
-def _quant_info(qc: Any) -> tuple[str | None, float | None]:
-    """(quant label, bytes per quantized weight) from a ``quantization_config`` block."""
-    if not isinstance(qc, Mapping):
-        return None, None
+_QUANT_METHODS = ("fp8", "mxfp4", "compressed-tensors", "gptq", "awq", "modelopt")
+
+
+def _quant_info(qc: Any) -> tuple[str | None, float | None, bool]:
+    """(format, bytes per quantized weight with its scales, whether whole attention blocks
+    stay unquantized) of a ``quantization_config`` block; (None, None, False) without one.
+
+    The format is a name of :data:`servesim.geometry.WEIGHT_QUANT`. A method or a width
+    servesim cannot size raises :class:`CatalogError`: pricing such weights as the model
+    dtype would be a silent guess.
+    """
+    if not isinstance(qc, Mapping) or not qc:
+        return None, None, False
     method = str(qc.get("quant_method", "")).lower()
     fmt = str(qc.get("fmt", qc.get("format", ""))).lower()
+    skipped = qc.get("ignore") or qc.get("modules_to_not_convert") or ()
+    # "model.layers.*.self_attn", "re:.*self_attn.*": the whole block, not one of its norms
+    keeps_attention = isinstance(skipped, list) and any(
+        str(m).removeprefix("re:").removesuffix(".*").endswith("attn") for m in skipped)
+    label, nbytes = _quant_format(qc, method, fmt)
+    return label, nbytes, keeps_attention
+
+
+def _quant_format(qc: Mapping[str, Any], method: str, fmt: str) -> tuple[str, float]:
+    def unsized(what: str) -> CatalogError:
+        return CatalogError(f"config.json: quantization_config {what}; servesim sizes "
+                            f"{', '.join(_QUANT_METHODS)} weights of 4 or 8 bits (set "
+                            "torch_dtype and remove quantization_config to price the "
+                            "model unquantized)")
+
     if method == "fp8" or fmt in ("e4m3", "float8_e4m3fn", "e5m2"):
         return "fp8", 1.0
     if method == "mxfp4" or "mxfp4" in fmt:
         return "mxfp4", 0.5 + 1 / 32  # 4-bit values + one uint8 scale per 32 weights
+    if method in ("gptq", "awq"):  # integer weights, one fp16 scale per group
+        bits = qc.get("bits", qc.get("w_bit"))
+        group = qc.get("group_size", qc.get("q_group_size", 128))
+        scale = 2 / group if isinstance(group, int) and group > 0 else 0.0
+        if bits == 4:
+            return "int4", 0.5 + scale
+        if bits == 8:
+            return "w8a16", 1.0 + scale
+        raise unsized(f"{method} with bits = {bits!r:.20}")
+    if method == "modelopt":
+        algo = str(qc.get("quant_algo", "")).upper()
+        if algo.startswith("FP8"):
+            return "fp8", 1.0
+        if algo == "NVFP4":
+            return "nvfp4", 0.5 + 1 / 16
+        raise unsized(f"modelopt with quant_algo = {algo!r:.30}")
+    if method != "compressed-tensors":
+        raise unsized(f"quant_method {method!r:.40}")
     groups = qc.get("config_groups")
-    if isinstance(groups, Mapping):
-        for group in groups.values():
-            weights = group.get("weights") if isinstance(group, Mapping) else None
-            if not isinstance(weights, Mapping):
-                continue
-            bits = weights.get("num_bits")
-            if not isinstance(bits, int):
-                continue
-            wtype = str(weights.get("type", "int"))
-            if bits == 8:
-                return ("fp8" if wtype == "float" else "int8"), 1.0
-            if bits == 4:
-                group_size = weights.get("group_size")
-                scale = 2 / group_size if isinstance(group_size, int) and group_size > 0 else 0
-                return ("fp4" if wtype == "float" else "int4"), 0.5 + scale
-    return None, None
+    for group in groups.values() if isinstance(groups, Mapping) else ():
+        weights = group.get("weights") if isinstance(group, Mapping) else None
+        if not isinstance(weights, Mapping):
+            continue
+        bits, wtype = weights.get("num_bits"), str(weights.get("type", "int"))
+        if bits == 8:
+            return ("fp8" if wtype == "float" else "int8"), 1.0
+        if bits == 4:
+            group_size = weights.get("group_size")
+            scale = 2 / group_size if isinstance(group_size, int) and group_size > 0 else 0
+            return ("fp4" if wtype == "float" else "int4"), 0.5 + scale
+        raise unsized(f"compressed-tensors weights of {bits!r:.20} bits")
+    raise unsized("compressed-tensors without a weights scheme in config_groups")
 
 
 def _layer_kinds(
@@ -273,9 +312,11 @@ class ModelInfo:
     ``config`` is the raw dict (treat as read-only); for multimodal configs carrying a
     ``text_config`` (Kimi K3, Kimi K2.5, Qwen3.5) the fields below come from ``text_config``.
     ``dtype_bytes`` is the activation/KV dtype (``torch_dtype``/``dtype``, default 2);
-    ``weight_dtype_bytes`` honours an FP8 ``quantization_config``; ``expert_weight_dtype_bytes``
-    also honours 4-bit (MXFP4/INT4) quantization, which these checkpoints apply to routed
-    experts only. Layer indices are 0-based.
+    ``weight_quant`` is the ``quantization_config``'s format (a name of
+    :data:`servesim.geometry.WEIGHT_QUANT`; None: unquantized) and ``expert_weight_dtype_bytes``
+    the routed experts' bytes per weight in it. ``weight_dtype_bytes`` is the other weights':
+    the same, unless the checkpoint keeps its attention unquantized (Kimi K2.5's INT4 and
+    gpt-oss's MXFP4 quantize the routed experts only). Layer indices are 0-based.
     """
 
     name: str
@@ -345,15 +386,6 @@ class ModelInfo:
             raise CatalogError(f"config.json: torch_dtype {dtype_raw!r:.40} is not a dtype "
                                f"servesim knows ({', '.join(sorted(_DTYPE_BYTES))})")
 
-        qc = lm.get("quantization_config") or raw.get("quantization_config")
-        quant, quant_bytes = _quant_info(qc)
-        weight_bytes: float = float(dtype_bytes)
-        expert_bytes: float = float(dtype_bytes)
-        if quant_bytes is not None and quant_bytes >= 1.0:
-            weight_bytes = expert_bytes = min(float(dtype_bytes), quant_bytes)
-        elif quant_bytes is not None:
-            expert_bytes = quant_bytes
-
         kv_lora = _int(lm, "kv_lora_rank", lo=1)
         is_mla = kv_lora is not None
         num_experts = _int(lm, "num_experts", "n_routed_experts", "num_local_experts") or 0
@@ -361,6 +393,13 @@ class ModelInfo:
         if num_experts and not 1 <= topk <= num_experts:
             raise CatalogError(f"config.json: a token's experts (num_experts_per_tok, {topk}) "
                                f"must be from 1 to the routed experts ({num_experts})")
+        qc = lm.get("quantization_config") or raw.get("quantization_config")
+        quant, quant_bytes, keeps_attention = _quant_info(qc)
+        weight_bytes = expert_bytes = float(dtype_bytes)
+        if quant_bytes is not None:
+            expert_bytes = min(expert_bytes, quant_bytes)
+            if not (num_experts and keeps_attention):  # else only the routed experts
+                weight_bytes = expert_bytes
         inter = _int(lm, "intermediate_size")
         moe_inter = _int(lm, "moe_intermediate_size")
         if num_experts and moe_inter is None:

@@ -410,14 +410,6 @@ def _kernel(gpu: GpuSpec, quant: str) -> tuple[float, str]:
     return peak, "fp4" if nbytes < 1 else kind
 
 
-def _quant_of_bytes(nbytes: float) -> str:
-    if nbytes >= 2:
-        return "bf16"
-    if nbytes >= 1:
-        return "fp8"
-    return "mxfp4"
-
-
 def build_geometry(
     model: ModelInfo,
     gpu: GpuSpec,
@@ -468,9 +460,11 @@ def build_geometry(
 
     # weight precision
     def resolve(mode: str | None, default_bytes: float) -> tuple[float, str]:
-        if mode is None or mode == "":
-            q = _quant_of_bytes(default_bytes)
-            return default_bytes, q
+        if mode is None or mode == "":  # the checkpoint's: its quantization where it applies
+            quant = model.weight_quant
+            if quant is not None and quant in WEIGHT_QUANT and default_bytes < model.dtype_bytes:
+                return default_bytes, quant
+            return default_bytes, "bf16" if default_bytes >= 2 else "fp8"
         problem = unpriced_weight_quant(mode)
         if problem:
             raise _fail(path, problem)
