@@ -298,6 +298,8 @@ MOE = {**CONFIG, "num_local_experts": 4, "num_experts_per_tok": 2}
                                       r"from 1 to the routed experts \(1\)"),
     ({**MOE, "num_experts_per_tok": 0}, "a token's experts"),
     ({**MOE, "mlp_only_layers": 3}, "'mlp_only_layers' must be a list of layer indices"),
+    ({**MOE, "first_k_dense_replace": 3}, "'first_k_dense_replace' must be an integer from 0 "
+                                          "to 2, got 3"),
     ({**MOE, "mlp_only_layers": [1000]}, "'mlp_only_layers' must be a list of layer indices "
                                          "from 0 to 2"),
     ({**CONFIG, "num_key_value_heads": 0}, "'num_key_value_heads' must be an integer from 1"),
@@ -310,6 +312,10 @@ MOE = {**CONFIG, "num_local_experts": 4, "num_experts_per_tok": 2}
     ({**CONFIG, "layer_types": ["full_attention"]},
      "'layer_types' must be a list of the 2 layers' types"),
     ({**CONFIG, "kv_lora_rank": 0}, "'kv_lora_rank' must be an integer from 1"),
+    # a GQA config with a latent rank added is no MLA model: its head split is missing
+    ({**CONFIG, "kv_lora_rank": 4}, "config.json has no integer qk_rope_head_dim"),
+    ({**CONFIG, "kv_lora_rank": 4, "qk_rope_head_dim": 2, "qk_nope_head_dim": 2,
+      "v_head_dim": 0}, "'v_head_dim' must be an integer from 1"),
     ({**CONFIG, "linear_num_value_heads": 0, "linear_num_key_heads": 2,
       "linear_key_head_dim": 4, "linear_value_head_dim": 4},
      "'linear_num_value_heads' must be an integer from 1"),

@@ -454,6 +454,8 @@ def test_kimi_linear_alignment_16_gives_1888() -> None:
             "vocab_size": 163840,
             "kv_lora_rank": 512,
             "qk_rope_head_dim": 64,
+            "qk_nope_head_dim": 128,
+            "v_head_dim": 128,
             "torch_dtype": "bfloat16",
             "linear_attn_config": {
                 "full_attn_layers": full,

@@ -415,7 +415,7 @@ class ModelInfo:
             shared_width = n_shared * (moe_inter or 0)
         elif shared_width and not n_shared:
             n_shared = 1
-        first_dense = _int(lm, "first_k_dense_replace", default=0) or 0
+        first_dense = _int(lm, "first_k_dense_replace", default=0, hi=num_layers) or 0
 
         linear = _linear_attention(name, lm)
         layer_types, mlp_from_pattern = _layer_kinds(name, lm, num_layers, linear)
@@ -455,9 +455,10 @@ class ModelInfo:
             tie_word_embeddings=_bool(lm, "tie_word_embeddings",
                                       _bool(raw, "tie_word_embeddings")),
             kv_lora_rank=kv_lora,
-            qk_rope_head_dim=_int(lm, "qk_rope_head_dim") if is_mla else None,
-            qk_nope_head_dim=_int(lm, "qk_nope_head_dim") if is_mla else None,
-            v_head_dim=_int(lm, "v_head_dim") if is_mla else None,
+            # MLA: the latent's rope part and the heads it expands to are what it prices
+            qk_rope_head_dim=_req_int(name, lm, "qk_rope_head_dim") if is_mla else None,
+            qk_nope_head_dim=_req_int(name, lm, "qk_nope_head_dim") if is_mla else None,
+            v_head_dim=_req_int(name, lm, "v_head_dim") if is_mla else None,
             q_lora_rank=_int(lm, "q_lora_rank") if is_mla else None,
             num_experts=num_experts,
             experts_per_token=topk,
