@@ -238,6 +238,10 @@ def check_deployment(mode: str, roles: Mapping[str, RoleArgs],
 def _pd_rules(prefill: RoleArgs, decode: RoleArgs,
               kv_transfer: KvTransferArgs | None) -> Iterator[Diagnostic]:
     """Prefill/decode pairing (V9, V25 [newer], V47, V48)."""
+    if prefill.model != decode.model:  # the decode workers read the prefill workers' KV
+        yield _d("pd-model", ("engine", "model"),
+                 "prefill and decode must serve the same model, got "
+                 f"{prefill.model!r:.80} and {decode.model!r:.80}")
     if prefill.backend != decode.backend:
         yield _d("pd-backend", ("engine", "backend"),
                  "prefill and decode must use the same backend, got "
