@@ -12,6 +12,7 @@ are the attention TP and PP sizes; ``moe_tensor * moe_expert`` GPUs share the ro
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from fractions import Fraction
 from typing import Literal
 
@@ -34,7 +35,9 @@ __all__ = [
     "kv_bytes_per_token",
     "kv_dtype_bytes",
     "manual_state_cache",
+    "parallel_problems",
     "parameter_count",
+    "tensor_split_problem",
     "weight_bytes_per_gpu",
 ]
 
@@ -90,6 +93,59 @@ def kv_dtype_bytes(model: ModelInfo, kvcache_quant_mode: str | None) -> int:
     return size
 
 
+def tensor_split_problem(model: ModelInfo, tensor: int) -> str | None:
+    """Why ``tensor`` ranks cannot shard ``model``'s attention, or None.
+
+    vLLM, SGLang and TensorRT-LLM give each rank whole query heads and whole KV heads
+    (replicated when fewer than the ranks); MLA replicates its latent, so only the query
+    heads split. Linear-attention (KDA, GDN) heads split like query heads."""
+    heads, kv = model.num_attention_heads, model.num_kv_heads
+    la = model.linear_attention
+    if la is not None and la.kind in ("kda", "gdn") and (
+            la.num_key_heads % tensor or la.num_value_heads % tensor):
+        return (f"tensor={tensor} does not shard {model.name!r}: its {la.kind} layers' "
+                f"{la.num_key_heads} key and {la.num_value_heads} value heads must split "
+                "evenly over the tensor-parallel ranks")
+    if model.is_mla:
+        if heads % tensor:
+            return (f"tensor={tensor} does not shard {model.name!r}: its {heads} attention "
+                    "heads must split evenly over the tensor-parallel ranks")
+        return None
+    if heads % tensor or (kv % tensor and tensor % kv):
+        return (f"tensor={tensor} does not shard {model.name!r}: its {heads} attention heads "
+                f"and {kv} KV heads must split evenly (or the KV heads replicate evenly) over "
+                "the tensor-parallel ranks")
+    return None
+
+
+def parallel_problems(model: ModelInfo, *, tensor: int, pipeline: int, attention_data: int,
+                      moe_tensor: int, moe_expert: int) -> Iterator[tuple[str, str, str]]:
+    """``(parallelism key, code, message)`` for each way the shape does not fit ``model``."""
+    problem = tensor_split_problem(model, tensor)
+    if problem:
+        yield "tensor", "indivisible-heads", problem
+    if pipeline > model.num_layers:
+        yield "pipeline", "pipeline-over-layers", (
+            f"pipeline={pipeline} exceeds the {model.num_layers} layers of {model.name!r}: "
+            "every pipeline stage holds at least one layer")
+    if not model.is_moe:
+        for key, value in (("moe_tensor", moe_tensor), ("moe_expert", moe_expert)):
+            if value != 1:
+                yield key, "moe-parallel-dense", (
+                    f"{key}={value}, but {model.name!r} has no routed experts to split")
+        return
+    attention_gpus = tensor * attention_data
+    if moe_tensor * moe_expert != attention_gpus:
+        yield "moe_expert", "moe-parallel-shape", (
+            f"moe_tensor x moe_expert = {moe_tensor} x {moe_expert} must equal tensor x "
+            f"attention_data = {attention_gpus}: the experts are split over the GPUs of a "
+            "pipeline stage")
+    if moe_expert > model.num_experts:
+        yield "moe_expert", "moe-parallel-shape", (
+            f"moe_expert={moe_expert} exceeds the {model.num_experts} routed experts of "
+            f"{model.name!r}: every expert-parallel rank holds at least one")
+
+
 def kv_bytes_per_token(
     model: ModelInfo, *, tensor: int, pipeline: int, kv_dtype_bytes: int
 ) -> tuple[int, str]:
@@ -119,15 +175,10 @@ def kv_bytes_per_token(
             f"kv_bytes_per_token {value} = {layer_note} x ({kv_lora} + {rope}) x {kv_dtype_bytes} B"
         )
         return value, formula
-    kv = model.num_kv_heads
-    if model.num_attention_heads % tensor or (kv % tensor and tensor % kv):
-        # vLLM, SGLang and TensorRT-LLM shard the heads: each rank holds whole query heads
-        # and whole KV heads (replicated when fewer than the ranks)
-        raise GeometryError(
-            f"tensor={tensor} does not shard {model.name!r}: its {model.num_attention_heads} "
-            f"attention heads and {kv} KV heads must split evenly (or the KV heads replicate "
-            f"evenly) over the tensor-parallel ranks")
-    heads = _ceil_div(kv, tensor)
+    problem = tensor_split_problem(model, tensor)
+    if problem:
+        raise GeometryError(problem)
+    heads = _ceil_div(model.num_kv_heads, tensor)
     value = 2 * heads * model.head_dim * layers * kv_dtype_bytes
     formula = (
         f"kv_bytes_per_token {value} = 2 x ceil({model.num_kv_heads}/{tensor}) kv heads x "

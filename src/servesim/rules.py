@@ -19,9 +19,10 @@ from collections.abc import Callable, Iterator, Mapping
 
 import attrs
 
+from servesim.catalog import CatalogError, load_model
 from servesim.converter import check_limits
 from servesim.errors import Diagnostic, Path
-from servesim.geometry import unpriced_weight_quant
+from servesim.geometry import parallel_problems, unpriced_weight_quant
 from servesim.payload import KvTransferArgs, RoleArgs, role_field_path
 
 RoleRule = Callable[[RoleArgs, Path], Iterator[Diagnostic]]
@@ -191,9 +192,24 @@ def speculation(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
                  f"got backend={r.backend}")
 
 
+def parallelism(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
+    """The parallel shape fits the model: heads split over TP, a layer per pipeline stage,
+    the experts over the attention GPUs (or no expert split for a dense model)."""
+    if min(r.tensor, r.pipeline, r.attention_data, r.moe_tensor, r.moe_expert) < 1:
+        return  # value_limits reports it
+    try:
+        model = load_model(r.model)
+    except CatalogError:
+        return  # reported by what needs the model (the memory estimate, the default timing)
+    for key, code, message in parallel_problems(
+            model, tensor=r.tensor, pipeline=r.pipeline, attention_data=r.attention_data,
+            moe_tensor=r.moe_tensor, moe_expert=r.moe_expert):
+        yield _d(code, (*path, "parallelism", key), message)
+
+
 ROLE_RULES: tuple[RoleRule, ...] = (
     value_limits, backend_fields, timing_values, state_cache_geometry, prefix_match_unit,
-    speculation,
+    speculation, parallelism,
 )
 
 

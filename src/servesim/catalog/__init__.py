@@ -654,6 +654,8 @@ def _parse_json(text: str, where: str) -> dict[str, Any]:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise CatalogError(f"{where}: invalid JSON ({exc})") from None
+    except (RecursionError, ValueError) as exc:  # nested too deep; an integer too long
+        raise CatalogError(f"{where}: invalid JSON ({str(exc).split(':')[0]})") from None
     if not isinstance(data, dict):
         raise CatalogError(f"{where}: expected a JSON object")
     return data
