@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,6 +17,8 @@ from servesim.catalog import (
     load_model,
     model_names,
 )
+from servesim.errors import CompileError
+from servesim.testing import rendered, small_config
 
 EXPECTED_MODELS = {
     "MiniMaxAI/MiniMax-M2.5",
@@ -354,9 +358,25 @@ def _ct(bits: int, kind: str = "int", **kw: object) -> dict[str, object]:
     ({**MOE, **_ct(4, ignore=["lm_head", "re:.*self_attn.*"])}, ("int4", 2.0, 0.5625)),
     ({**MOE, **_quant("mxfp4", modules_to_not_convert=["model.layers.*.self_attn"])},
      ("mxfp4", 2.0, 0.53125)),
-    # one norm of the attention block kept (GLM-5) is not the block
+    # one norm of the attention block kept (GLM-5), or one layer's block, is not the blocks
     ({**MOE, **_quant("fp8", modules_to_not_convert=["model.layers.0.self_attn.kv_norm"])},
      ("fp8", 1.0, 1.0)),
+    ({**MOE, **_quant("fp8", modules_to_not_convert=["model.layers.1.self_attn"])},
+     ("fp8", 1.0, 1.0)),
+    ({**MOE, **_quant("modelopt", quant_algo="NVFP4", exclude_modules=["*self_attn*"])},
+     ("nvfp4", 2.0, 0.5625)),
+    ({**MOE, **_quant("gptq", bits=4, w_bit=None, modules_to_not_convert="self_attn")},
+     ("int4", 2.0, 0.515625)),
+    ({**CONFIG, **_quant("awq", bits=None, w_bit=4, q_group_size=-1)}, ("int4", 0.5, 0.5)),
+    # compressed-tensors: integers without quantized activations are weight-only kernels;
+    # FP4 takes one fp8 scale per group of 16 (NVFP4)
+    ({**CONFIG, **_ct(8)}, ("w8a16", 1.0625, 1.0625)),
+    ({**CONFIG, **_quant("compressed-tensors", config_groups={"g": {
+        "weights": {"num_bits": 8, "type": "int"}, "input_activations": {"num_bits": 8}}})},
+     ("int8", 1.0, 1.0)),
+    ({**CONFIG, **_quant("compressed-tensors", config_groups={"g": {
+        "weights": {"num_bits": 4, "type": "float", "group_size": 16}}})},
+     ("nvfp4", 0.5625, 0.5625)),
 ])
 def test_quantization_config_sizes_the_weights_it_covers(
         config: dict[str, object], expected: tuple[str, float, float]) -> None:
@@ -368,7 +388,18 @@ def test_quantization_config_sizes_the_weights_it_covers(
     (_quant("bitsandbytes", load_in_4bit=True), "quant_method 'bitsandbytes'"),
     (_quant("gptq", bits=3), "gptq with bits = 3"),
     (_quant("modelopt", quant_algo="W4A8_AWQ"), "modelopt with quant_algo = 'W4A8_AWQ'"),
-    (_ct(2), "compressed-tensors weights of 2 bits"),
+    (_ct(2), "compressed-tensors int weights of 2 bits"),
+    ({"quantization_config": "gptq"}, "is str 'gptq', not a table"),
+    # the method decides, whatever a stray format key says
+    (_quant("bitsandbytes", load_in_4bit=True, fmt="e4m3"), "quant_method 'bitsandbytes'"),
+    (_quant("gptq", bits=3, format="mxfp4"), "gptq with bits = 3"),
+    (_quant("gptq", bits=4, group_size="128"), "group_size must be a positive integer or -1"),
+    (_quant("awq", bits=4, group_size=0), "group_size must be a positive integer or -1"),
+    (_quant("fp8", ignore=7), "ignore must be a list of module names"),
+    (_quant("compressed-tensors", config_groups={
+        "a": {"weights": {"num_bits": 8, "type": "int"}, "targets": ["re:.*self_attn.*"]},
+        "b": {"weights": {"num_bits": 4, "type": "int"}, "targets": ["re:.*experts.*"]}}),
+     r"mixes weight schemes \(int4, w8a16\)"),
     (_quant("compressed-tensors", config_groups={}), "compressed-tensors without a weights "
                                                      "scheme"),
 ])
@@ -411,3 +442,14 @@ def test_from_config_dtype_and_quantization() -> None:
     # no layer_types: every 4th layer is full attention
     assert gdn.full_attention_layers == (3, 7)
     assert gdn.state_layers == (0, 1, 2, 4, 5, 6)
+
+
+def test_a_model_folder_s_config_error_is_reported_at_engine_model(
+        tmp_path: Path, compile_toml: Callable[..., Any]) -> None:
+    _write_config(tmp_path / "m", {**CONFIG, **_quant("gptq", bits=3)})
+    text = small_config().replace('"Qwen/Qwen3-32B"', json.dumps(str(tmp_path / "m")))
+    with pytest.raises(CompileError) as info:
+        compile_toml(text, stop_after="resolve")
+    (line,) = rendered(info.value)
+    assert line.startswith("engine.model: config.json: quantization_config gptq with bits = 3")
+    assert line.endswith("[bad-model-config]")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import functools
 import json
+import re
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
@@ -25,6 +26,7 @@ __all__ = [
     "LinearAttention",
     "MixerKind",
     "MlpKind",
+    "ModelConfigError",
     "ModelInfo",
     "dtype_name_bytes",
     "gpu_names",
@@ -62,6 +64,10 @@ _DTYPE_BYTES: dict[str, int] = {
 
 class CatalogError(ValueError):
     """An unknown model/GPU name or an unreadable model directory."""
+
+
+class ModelConfigError(CatalogError):
+    """A model folder's ``config.json`` that servesim cannot read as a model."""
 
 
 def dtype_name_bytes(name: str) -> int | None:
@@ -139,71 +145,113 @@ def _req_int(name: str, cfg: Mapping[str, Any], *keys: str, hi: int = CONFIG_INT
 
 
 _QUANT_METHODS = ("fp8", "mxfp4", "compressed-tensors", "gptq", "awq", "modelopt")
+_ONE_LAYER = re.compile(r"layers\.\d+\.")
+
+
+def _unsized(what: str) -> CatalogError:
+    return CatalogError(f"config.json: quantization_config {what}; servesim sizes "
+                        f"{', '.join(_QUANT_METHODS)} weights of 4 or 8 bits (set torch_dtype "
+                        "and remove quantization_config to price the model unquantized)")
 
 
 def _quant_info(qc: Any) -> tuple[str | None, float | None, bool]:
     """(format, bytes per quantized weight with its scales, whether whole attention blocks
-    stay unquantized) of a ``quantization_config`` block; (None, None, False) without one.
+    stay unquantized) of a ``quantization_config`` value; (None, None, False) without one.
 
-    The format is a name of :data:`servesim.geometry.WEIGHT_QUANT`. A method or a width
-    servesim cannot size raises :class:`CatalogError`: pricing such weights as the model
-    dtype would be a silent guess.
+    The format is a name of :data:`servesim.geometry.WEIGHT_QUANT`. A method, a width or a
+    mix of schemes servesim cannot size raises :class:`CatalogError`: pricing such weights
+    as the model dtype would be a silent guess.
     """
-    if not isinstance(qc, Mapping) or not qc:
+    if qc is None:
         return None, None, False
-    method = str(qc.get("quant_method", "")).lower()
-    fmt = str(qc.get("fmt", qc.get("format", ""))).lower()
-    skipped = qc.get("ignore") or qc.get("modules_to_not_convert") or ()
-    # "model.layers.*.self_attn", "re:.*self_attn.*": the whole block, not one of its norms
-    keeps_attention = isinstance(skipped, list) and any(
-        str(m).removeprefix("re:").removesuffix(".*").endswith("attn") for m in skipped)
-    label, nbytes = _quant_format(qc, method, fmt)
+    if not isinstance(qc, Mapping):
+        raise _unsized(f"is {type(qc).__name__} {qc!r:.40}, not a table")
+    skipped = [m for key in ("ignore", "modules_to_not_convert", "exclude_modules")
+               for m in _module_list(qc, key)]
+    # "model.layers.*.self_attn", "re:.*self_attn.*": every layer's block, not one of its
+    # norms ("...self_attn.kv_a_layernorm") nor one layer's ("model.layers.61.self_attn")
+    keeps_attention = any(
+        m.removeprefix("re:").rstrip(".*").endswith("attn") and not _ONE_LAYER.search(m)
+        for m in skipped)
+    label, nbytes = _quant_format(qc)
     return label, nbytes, keeps_attention
 
 
-def _quant_format(qc: Mapping[str, Any], method: str, fmt: str) -> tuple[str, float]:
-    def unsized(what: str) -> CatalogError:
-        return CatalogError(f"config.json: quantization_config {what}; servesim sizes "
-                            f"{', '.join(_QUANT_METHODS)} weights of 4 or 8 bits (set "
-                            "torch_dtype and remove quantization_config to price the "
-                            "model unquantized)")
+def _module_list(qc: Mapping[str, Any], key: str) -> list[str]:
+    value = qc.get(key)
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, list) or not all(isinstance(m, str) for m in value):
+        raise _unsized(f"{key} must be a list of module names, got {value!r:.40}")
+    return value
 
-    if method == "fp8" or fmt in ("e4m3", "float8_e4m3fn", "e5m2"):
+
+def _group_scale(value: Any, key: str, scale_bytes: int) -> float:
+    """Bytes per weight of one scale per ``value`` weights (-1 / unset: one per channel)."""
+    if value is None or value == -1:
+        return 0.0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise _unsized(f"{key} must be a positive integer or -1, got {value!r:.20}")
+    return scale_bytes / value
+
+
+def _quant_format(qc: Mapping[str, Any]) -> tuple[str, float]:
+    method = str(qc.get("quant_method", "")).lower()
+    fmt = str(qc.get("fmt", qc.get("format", ""))).lower()
+    if method == "fp8" or (not method and fmt in ("e4m3", "float8_e4m3fn", "e5m2")):
         return "fp8", 1.0
-    if method == "mxfp4" or "mxfp4" in fmt:
+    if method == "mxfp4" or (method in ("", "compressed-tensors") and "mxfp4" in fmt):
         return "mxfp4", 0.5 + 1 / 32  # 4-bit values + one uint8 scale per 32 weights
     if method in ("gptq", "awq"):  # integer weights, one fp16 scale per group
-        bits = qc.get("bits", qc.get("w_bit"))
-        group = qc.get("group_size", qc.get("q_group_size", 128))
-        scale = 2 / group if isinstance(group, int) and group > 0 else 0.0
+        bits = qc.get("bits") if qc.get("bits") is not None else qc.get("w_bit")
+        group = "group_size" if "group_size" in qc else "q_group_size"
+        scale = _group_scale(qc.get(group, 128), group, 2)
         if bits == 4:
             return "int4", 0.5 + scale
         if bits == 8:
             return "w8a16", 1.0 + scale
-        raise unsized(f"{method} with bits = {bits!r:.20}")
+        raise _unsized(f"{method} with bits = {bits!r:.20}")
     if method == "modelopt":
         algo = str(qc.get("quant_algo", "")).upper()
         if algo.startswith("FP8"):
             return "fp8", 1.0
         if algo == "NVFP4":
-            return "nvfp4", 0.5 + 1 / 16
-        raise unsized(f"modelopt with quant_algo = {algo!r:.30}")
+            return "nvfp4", 0.5 + 1 / 16  # one fp8 scale per 16 weights
+        raise _unsized(f"modelopt with quant_algo = {algo!r:.30}")
     if method != "compressed-tensors":
-        raise unsized(f"quant_method {method!r:.40}")
+        raise _unsized(f"quant_method {method!r:.40}")
     groups = qc.get("config_groups")
-    for group in groups.values() if isinstance(groups, Mapping) else ():
-        weights = group.get("weights") if isinstance(group, Mapping) else None
-        if not isinstance(weights, Mapping):
-            continue
-        bits, wtype = weights.get("num_bits"), str(weights.get("type", "int"))
+    schemes = {scheme for group in (groups.values() if isinstance(groups, Mapping) else ())
+               if (scheme := _scheme(group)) is not None}
+    if not schemes:
+        raise _unsized("compressed-tensors without a weights scheme in config_groups")
+    if len(schemes) > 1:
+        names = ", ".join(sorted(name for name, _ in schemes))
+        raise _unsized(f"compressed-tensors mixes weight schemes ({names}) across "
+                       "config_groups")
+    return schemes.pop()
+
+
+def _scheme(group: Any) -> tuple[str, float] | None:
+    """One compressed-tensors config group's (format, bytes per weight), if it has weights."""
+    weights = group.get("weights") if isinstance(group, Mapping) else None
+    if not isinstance(weights, Mapping):
+        return None
+    bits, kind = weights.get("num_bits"), str(weights.get("type", "int"))
+    weight_only = group.get("input_activations") is None
+    if kind == "float":  # FP8, or FP4 with one fp8 scale per group (NVFP4: 16 weights)
         if bits == 8:
-            return ("fp8" if wtype == "float" else "int8"), 1.0
+            return "fp8", 1.0
         if bits == 4:
-            group_size = weights.get("group_size")
-            scale = 2 / group_size if isinstance(group_size, int) and group_size > 0 else 0
-            return ("fp4" if wtype == "float" else "int4"), 0.5 + scale
-        raise unsized(f"compressed-tensors weights of {bits!r:.20} bits")
-    raise unsized("compressed-tensors without a weights scheme in config_groups")
+            return "nvfp4", 0.5 + _group_scale(weights.get("group_size"), "group_size", 1)
+    elif bits in (4, 8):  # integers with one fp16 scale per group
+        scale = _group_scale(weights.get("group_size"), "group_size", 2)
+        if bits == 4:
+            return "int4", 0.5 + scale
+        return ("w8a16" if weight_only else "int8"), 1.0 + scale
+    raise _unsized(f"compressed-tensors {kind} weights of {bits!r:.20} bits")
 
 
 def _layer_kinds(
@@ -681,10 +729,13 @@ def load_model(name: str) -> ModelInfo:
         try:
             text = cfg.read_text(encoding="utf-8")
         except FileNotFoundError:
-            raise CatalogError(f"model directory {name!r} has no config.json") from None
+            raise ModelConfigError(f"model directory {name!r} has no config.json") from None
         except (OSError, UnicodeDecodeError) as exc:
-            raise CatalogError(f"cannot read {cfg}: {exc}") from None
-        return ModelInfo.from_config(name, _parse_json(text, str(cfg)))
+            raise ModelConfigError(f"cannot read {cfg}: {exc}") from None
+        try:
+            return ModelInfo.from_config(name, _parse_json(text, str(cfg)))
+        except CatalogError as exc:
+            raise ModelConfigError(str(exc)) from None
     if exists:
         raise CatalogError(f"model path {name!r} is not a directory holding config.json")
     raise _unknown("model", name, model_names())

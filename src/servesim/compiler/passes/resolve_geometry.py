@@ -139,7 +139,9 @@ def _lookup(rec: _Recorder, path: Path, name: str, load: Callable[[str], T]) -> 
     try:
         value = load(name)
     except catalog.CatalogError as exc:
-        rec.fail(path, f"unknown-{path[-1]}", str(exc))
+        code = "bad-model-config" if isinstance(exc, catalog.ModelConfigError) \
+            else f"unknown-{path[-1]}"
+        rec.fail(path, code, str(exc))
         return None
     rec.note(path, "authored")
     return value
