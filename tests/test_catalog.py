@@ -284,8 +284,35 @@ def test_local_directory_errors(tmp_path: Path) -> None:
         load_model(str(afile))
 
 
-CONFIG = {"num_hidden_layers": 2, "hidden_size": 8, "num_attention_heads": 2, "vocab_size": 10}
+CONFIG = {"num_hidden_layers": 2, "hidden_size": 8, "num_attention_heads": 2, "vocab_size": 10,
+          "intermediate_size": 16}
 MOE = {**CONFIG, "num_local_experts": 4, "num_experts_per_tok": 2}
+
+
+HYBRID = {**CONFIG, "num_hidden_layers": 3, "mamba_num_heads": 2, "ssm_state_size": 4,
+          "mamba_head_dim": 4}
+
+
+@pytest.mark.parametrize(("config", "message"), [
+    ({**CONFIG, "intermediate_size": None}, "the dense MLP layers need intermediate_size"),
+    ({**MOE, "intermediate_size": 0}, "the MoE layers need routed experts"),
+    ({**HYBRID, "hybrid_override_pattern": "M*E"}, "the MoE layers need routed experts"),
+    ({**HYBRID, "hybrid_override_pattern": ["M", "*", "-"]},
+     "hybrid_override_pattern must be a string of one of M, \\*, E, - per layer \\(3\\)"),
+    ({**HYBRID, "hybrid_override_pattern": ""}, "hybrid_override_pattern must be a string"),
+    ({**HYBRID, "hybrid_override_pattern": "M*-", "conv_kernel": 0},
+     "'conv_kernel' must be an integer from 1"),
+    ({**HYBRID, "hybrid_override_pattern": "M*-", "mamba_ssm_cache_dtype": 32},
+     "mamba_ssm_cache_dtype 32 is not a dtype servesim knows"),
+    ({**CONFIG, "linear_attn_config": [1]}, "linear_attn_config must be a table"),
+    ({**CONFIG, "index_topk": "2048"}, "'index_topk' must be an integer from 1"),
+    ({**CONFIG, "sliding_window": -4}, "'sliding_window' must be an integer from 1"),
+    ({**CONFIG, "hidden_act": 128}, "hidden_act must be a name, got 128"),
+])
+def test_a_config_json_that_would_price_a_layer_as_nothing_is_refused(
+        config: dict[str, object], message: str) -> None:
+    with pytest.raises(CatalogError, match=message):
+        ModelInfo.from_config("m", config)
 
 
 @pytest.mark.parametrize(("config", "message"), [
@@ -420,6 +447,7 @@ def test_from_config_dtype_and_quantization() -> None:
         "hidden_size": 8,
         "num_attention_heads": 2,
         "vocab_size": 10,
+        "intermediate_size": 16,
     }
     assert ModelInfo.from_config("a", {**base, "torch_dtype": "float32"}).dtype_bytes == 4
     assert ModelInfo.from_config("b", {**base, "dtype": "float16"}).dtype_bytes == 2

@@ -456,6 +456,7 @@ def test_kimi_linear_alignment_16_gives_1888() -> None:
             "qk_rope_head_dim": 64,
             "qk_nope_head_dim": 128,
             "v_head_dim": 128,
+            "intermediate_size": 9216,
             "torch_dtype": "bfloat16",
             "linear_attn_config": {
                 "full_attn_layers": full,
@@ -495,6 +496,7 @@ def gdn_fixture(**extra: Any) -> ModelInfo:
         "linear_key_head_dim": 8,
         "linear_value_head_dim": 8,
         "linear_conv_kernel_dim": 4,
+        "intermediate_size": 64,
         "torch_dtype": "bfloat16",
     }
     cfg.update(extra)

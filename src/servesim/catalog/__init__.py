@@ -259,7 +259,7 @@ def _layer_kinds(
 ) -> tuple[tuple[MixerKind, ...], tuple[MlpKind, ...] | None]:
     """Per-layer mixer kinds (and MLP kinds when the config dictates them)."""
     pattern = cfg.get("hybrid_override_pattern")
-    if isinstance(pattern, str) and pattern:
+    if pattern is not None:
         mixer_map: dict[str, MixerKind] = {
             "M": "mamba2",
             "*": "full_attention",
@@ -267,8 +267,10 @@ def _layer_kinds(
             "-": "none",
         }
         mlp_map: dict[str, MlpKind] = {"M": "none", "*": "none", "E": "moe", "-": "dense"}
-        if len(pattern) != num_layers or any(ch not in mixer_map for ch in pattern):
-            raise CatalogError(f"model {name!r}: unsupported hybrid_override_pattern {pattern!r}")
+        if not isinstance(pattern, str) or len(pattern) != num_layers or any(
+                ch not in mixer_map for ch in pattern):
+            raise CatalogError(f"config.json: hybrid_override_pattern must be a string of one "
+                               f"of M, *, E, - per layer ({num_layers}), got {pattern!r:.60}")
         return tuple(mixer_map[ch] for ch in pattern), tuple(mlp_map[ch] for ch in pattern)
 
     lac = cfg.get("linear_attn_config")
@@ -313,9 +315,19 @@ def _layer_kinds(
     return tuple("full_attention" for _ in range(num_layers)), None
 
 
+def _dtype_name(cfg: Mapping[str, Any], key: str) -> str | None:
+    value = cfg.get(key)
+    if value is not None and not (isinstance(value, str) and dtype_name_bytes(value)):
+        raise CatalogError(f"config.json: {key} {value!r:.40} is not a dtype servesim knows "
+                           f"({', '.join(sorted(_DTYPE_BYTES))})")
+    return value
+
+
 def _linear_attention(name: str, cfg: Mapping[str, Any]) -> LinearAttention | None:
     """The recurrent layers' state geometry (every size required, >= 1), or None."""
     lac = cfg.get("linear_attn_config")
+    if lac is not None and not isinstance(lac, Mapping):
+        raise CatalogError(f"config.json: linear_attn_config must be a table, got {lac!r:.40}")
     if isinstance(lac, Mapping) and lac.get("kda_layers"):
         heads = _req_int(name, lac, "num_heads")
         dim = _req_int(name, lac, "head_dim")
@@ -325,30 +337,30 @@ def _linear_attention(name: str, cfg: Mapping[str, Any]) -> LinearAttention | No
             num_value_heads=heads,
             key_head_dim=dim,
             value_head_dim=dim,
-            conv_kernel=_int(lac, "short_conv_kernel_size", default=4) or 4,
+            conv_kernel=_int(lac, "short_conv_kernel_size", default=4, lo=1) or 4,
             ssm_dtype="float32",  # KDA recurrent state is always fp32
         )
     if "linear_num_value_heads" in cfg:
-        ssm = cfg.get("mamba_ssm_dtype")
+        ssm = _dtype_name(cfg, "mamba_ssm_dtype")
         return LinearAttention(
             kind="gdn",
             num_key_heads=_req_int(name, cfg, "linear_num_key_heads"),
             num_value_heads=_req_int(name, cfg, "linear_num_value_heads"),
             key_head_dim=_req_int(name, cfg, "linear_key_head_dim"),
             value_head_dim=_req_int(name, cfg, "linear_value_head_dim"),
-            conv_kernel=_int(cfg, "linear_conv_kernel_dim", default=4) or 4,
-            ssm_dtype=str(ssm) if isinstance(ssm, str) else None,
+            conv_kernel=_int(cfg, "linear_conv_kernel_dim", default=4, lo=1) or 4,
+            ssm_dtype=ssm,
         )
     if "mamba_num_heads" in cfg:
-        ssm = cfg.get("mamba_ssm_cache_dtype")
+        ssm = _dtype_name(cfg, "mamba_ssm_cache_dtype")
         return LinearAttention(
             kind="mamba2",
-            num_key_heads=_int(cfg, "n_groups", default=1) or 1,
+            num_key_heads=_int(cfg, "n_groups", default=1, lo=1) or 1,
             num_value_heads=_req_int(name, cfg, "mamba_num_heads"),
             key_head_dim=_req_int(name, cfg, "ssm_state_size"),
             value_head_dim=_req_int(name, cfg, "mamba_head_dim"),
-            conv_kernel=_int(cfg, "conv_kernel", default=4) or 4,
-            ssm_dtype=str(ssm) if isinstance(ssm, str) else None,
+            conv_kernel=_int(cfg, "conv_kernel", default=4, lo=1) or 4,
+            ssm_dtype=ssm,
         )
     return None
 
@@ -482,7 +494,17 @@ class ModelInfo:
         if not any(k in ATTENTION_KINDS for k in layer_types):
             raise CatalogError(f"model {name!r}: none of its {num_layers} layers is an attention "
                                "layer holding a KV cache; servesim runs only models with one")
-        act = str(lm.get("mlp_hidden_act") or lm.get("hidden_act") or "silu")
+        if "dense" in mlp_types and not inter:
+            raise CatalogError("config.json: the dense MLP layers need intermediate_size (an "
+                               "integer from 1)")
+        if "moe" in mlp_types and not (num_experts and moe_inter):
+            raise CatalogError("config.json: the MoE layers need routed experts (num_experts / "
+                               "n_routed_experts) and their width (moe_intermediate_size)")
+        for key in ("sliding_window", "index_topk", "index_n_heads", "index_head_dim"):
+            _int(lm, key, lo=1)  # read where they are priced; a value set must be a size
+        act = lm.get("mlp_hidden_act") or lm.get("hidden_act") or "silu"
+        if not isinstance(act, str):
+            raise CatalogError(f"config.json: hidden_act must be a name, got {act!r:.40}")
         return cls(
             name=name,
             config=raw,
