@@ -266,7 +266,7 @@ ROW = '{"timestamp": 0, "input_length": 20, "output_length": 3, "hash_ids": [1]}
      "/trace.jsonl:2: invalid JSON: Unterminated string"),
     (ROW, TRACE_CONFIG.replace("[engine.workers.aggregated]\n", "[engine.workers.aggregated]"
                                '\ntiming = { type = "table", path = "t.csv" }\n'),
-     "/t.csv: cannot read the timing table"),
+     "/t.csv: the timing table is not found"),
 ])
 def test_validate_reads_the_trace_and_the_timing_tables(
         capsys: pytest.CaptureFixture[str], trace: str | None, config: str,
@@ -276,6 +276,53 @@ def test_validate_reads_the_trace_and_the_timing_tables(
     code, out, err = run(capsys, "validate", write("c.toml", config))
     assert (code, out) == (1, "")
     assert err.startswith("error: ") and expected in err  # the path as the replay shows it
+
+
+def test_a_timing_table_that_is_no_file_is_not_read(capsys: pytest.CaptureFixture[str]) -> None:
+    write("trace.jsonl", ROW)
+    Path("t.csv").mkdir()
+    config = TRACE_CONFIG.replace("[engine.workers.aggregated]\n", "[engine.workers.aggregated]"
+                                  '\ntiming = { type = "table", path = "t.csv" }\n')
+    code, _, err = run(capsys, "validate", write("c.toml", config))
+    assert code == 1 and "/t.csv: the timing table is a folder; expected a CSV file" in err
+
+
+@pytest.mark.parametrize("argv", [
+    ["replay", "c.toml", "--quiet", "--requests-out", "trace.jsonl"],
+    ["replay", "c.toml", "--quiet", "-o", "./c.toml"],
+    ["compile", "c.toml", "-o", "c.toml"],
+    ["replay", "c.toml", "--quiet", "-o", "same.json", "--requests-out", "same.json"],
+])
+def test_an_output_that_is_an_input_or_the_other_output_is_refused(
+        capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    write("trace.jsonl", ROW)
+    write("c.toml", TRACE_CONFIG)
+    code, out, err = run(capsys, *argv)
+    assert (code, out) == (1, "")
+    flag, arg = argv[-2:]
+    problem = ("this is also the -o file: one output would overwrite the other"
+               if arg == "same.json" else "this run reads this file (its config, payload, "
+               "trace or timing table): writing it would destroy it")
+    assert err.splitlines()[0] == f"error: {flag} {arg}: {problem} [output-path]"
+    assert (Path("trace.jsonl").read_text(), Path("c.toml").read_text()) == (ROW, TRACE_CONFIG)
+    assert not Path("same.json").exists()
+
+
+@pytest.mark.parametrize(("content", "expected"), [
+    ('{"a": ' * 5000 + "1" + "}" * 5000, "p.json: not a JSON payload: maximum recursion depth "
+                                          "exceeded"),
+    ('{"schema_version": 1' + "1" * 5000 + "}", "p.json: not a JSON payload: Exceeds the limit"),
+    (None, "p.json: cannot read the payload: Is a directory [file-unreadable]"),
+])
+def test_a_payload_file_that_cannot_be_read_is_an_input_error(
+        capsys: pytest.CaptureFixture[str], content: str | None, expected: str) -> None:
+    if content is None:
+        Path("p.json").mkdir()
+    else:
+        write("p.json", content)
+    code, out, err = run(capsys, "replay", "p.json", "--quiet")
+    assert (code, out) == (1, "")
+    assert err.startswith(f"error: {expected}")
 
 
 def test_a_timing_table_error_names_the_key(capsys: pytest.CaptureFixture[str]) -> None:

@@ -25,9 +25,16 @@ from rich.console import Console
 from servesim import __version__
 from servesim.compiler import STAGES, compile_source
 from servesim.compiler.model.resolved import ResolvedConfig, ValidatedConfig
-from servesim.compiler.source import SourceText
+from servesim.compiler.source import MAX_CONFIG_BYTES, SourceText
 from servesim.errors import Diagnostic, PayloadError, ServesimError
-from servesim.payload import Payload, anchor_paths, dump_payload, load_payload, payload_to_dict
+from servesim.payload import (
+    Payload,
+    anchor_paths,
+    dump_payload,
+    load_payload,
+    payload_files,
+    payload_to_dict,
+)
 from servesim.plugins.manager import PLUGIN_FAULTS, EngineRegistry, get_plugin_manager
 
 EXIT_OK, EXIT_INPUT, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -124,6 +131,7 @@ def _registry(modules: list[str]) -> EngineRegistry:
 def _compile(args: argparse.Namespace, registry: EngineRegistry, out: Console,
              err: Console) -> int:
     output = _output_path(args.output, "-o")
+    _not_an_input({"-o": args.output}, [args.config])
     source = SourceText.from_path(args.config)
     artifact = compile_source(source, registry=registry, stop_after=args.stop_after)
     if isinstance(artifact, Payload):
@@ -252,11 +260,21 @@ def load_input(path: str, registry: EngineRegistry) -> tuple[Payload, Path | Non
         payload: Payload = compile_source(SourceText.from_path(p), registry=registry)
         return payload, None
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
+        with open(p, "rb") as f:  # no more than a config may hold (a device can be endless)
+            raw = f.read(MAX_CONFIG_BYTES + 1)
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise PayloadError([Diagnostic(
+                code="file-too-large", location=path,
+                message=f"file is over {MAX_CONFIG_BYTES} bytes, the most a payload may be")])
+        data = json.loads(raw.decode("utf-8"))
     except FileNotFoundError:
         raise PayloadError([Diagnostic(code="file-not-found", location=path,
                                        message="file not found")]) from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except OSError as exc:  # a folder, a symbolic-link loop, no permission
+        raise PayloadError([Diagnostic(code="file-unreadable", location=path,
+                                       message=f"cannot read the payload: {exc.strerror or exc}")
+                            ]) from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # nested too deep, too long
         where = f"{path}:{exc.lineno}:{exc.colno}" if isinstance(exc, json.JSONDecodeError) \
             else path
         raise PayloadError([Diagnostic(code="payload-json", location=where,
@@ -275,6 +293,8 @@ def _replay(args: argparse.Namespace, registry: EngineRegistry, out: Console,
     output = _output_path(args.output, "-o")
     requests_out = _output_path(args.requests_out, "--requests-out")
     payload, base_dir = load_input(args.input, registry)
+    _not_an_input({"-o": args.output, "--requests-out": args.requests_out},
+                  [args.input, *payload_files(payload)])
     show_progress = not args.quiet and err.is_terminal
     bar = _progress(err, show_progress)
     audit = check_invariants() if args.check_invariants else contextlib.nullcontext()
@@ -358,6 +378,25 @@ def _output_path(arg: str | None, flag: str) -> Path | None:
     except OSError as exc:
         raise _write_error(flag, arg, exc) from None
     return path
+
+
+def _not_an_input(outputs: dict[str, str | None], inputs: list[str]) -> None:
+    """Refuse an output file that is one of the run's ``inputs`` or another output: writing
+    it would destroy what the run reads, or what the other option wrote."""
+    def same(path: str) -> str:
+        return os.path.realpath(path)
+
+    seen: dict[str, str] = {same(p): "this run reads this file (its config, payload, trace "
+                            "or timing table): writing it would destroy it" for p in inputs}
+    for flag, arg in outputs.items():
+        if not arg:
+            continue
+        problem = seen.get(same(arg))
+        if problem:
+            raise ServesimError([Diagnostic(
+                code="output-path", location=f"{flag} {arg}", message=problem,
+                hint="give the path of another file")])
+        seen[same(arg)] = f"this is also the {flag} file: one output would overwrite the other"
 
 
 def _write_error(flag: str, arg: str, exc: OSError) -> ServesimError:

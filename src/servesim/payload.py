@@ -193,6 +193,18 @@ def _map_paths(data: dict[str, Any], fn: Any) -> None:
             timing["path"] = fn(timing["path"])
 
 
+def payload_files(payload: Payload) -> list[str]:
+    """The files a replay of ``payload`` reads (its trace, its timing tables), as named."""
+    files: list[str] = []
+
+    def collect(path: str) -> str:
+        files.append(path)
+        return path
+
+    _map_paths(payload_to_dict(payload), collect)
+    return files
+
+
 def anchor_paths(data: dict[str, Any], folder: str) -> None:
     """Make the relative paths of a payload file's dict absolute, relative to ``folder``."""
     import os

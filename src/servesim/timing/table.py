@@ -113,6 +113,10 @@ def load_table(path: str | Path, *, display: str | None = None) -> tuple[_Grid |
     """Parse and check a latency table; ``(prefill grid, decode grid)``."""
     source = display or str(path)
     try:
+        if not Path(path).is_file():  # a device or pipe could be endless or block
+            kind = "a folder" if Path(path).is_dir() else "not a regular file" if Path(
+                path).exists() else "not found"
+            raise _bad(source, f"the timing table is {kind}; expected a CSV file")
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise _bad(source, f"cannot read the timing table: {exc}") from None
