@@ -457,3 +457,21 @@ def test_directory_instead_of_a_file(capsys: pytest.CaptureFixture[str]) -> None
     Path("configs").mkdir()
     assert run(capsys, "compile", "configs") == (
         1, "", "error: configs: is a directory, expected a TOML file [file-unreadable]\n")
+
+
+def test_ctrl_c_while_the_cli_loads_exits_130(monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    import builtins
+
+    from servesim import console
+
+    real_import = builtins.__import__
+
+    def interrupted(name: str, *args: object, **kwargs: object) -> object:
+        if name == "servesim.cli":
+            raise KeyboardInterrupt
+        return real_import(name, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(builtins, "__import__", interrupted)
+    assert console.run() == 130
+    assert capsys.readouterr().err == "interrupted\n"

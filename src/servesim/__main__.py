@@ -1,5 +1,5 @@
 """``python -m servesim``."""
 
-from servesim.cli import main
+from servesim.console import run
 
-raise SystemExit(main())
+raise SystemExit(run())
