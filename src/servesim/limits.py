@@ -25,6 +25,7 @@ BYTES_PER_TOKEN = 2**40
 STEP_MS = 1e9
 SECONDS = 1e9
 LATENCY_MS = 1e12  # an SLA target, a delay between turns
+VIRTUAL_MS = 1e12  # the latest arrival a replay takes (31 years; times keep 0.1 ms steps)
 BANDWIDTH_GB_S = (1e-9, 1e9)  # a KV-transfer link: from 1 byte/s (1e-300 overflowed time)
 CONTEXT = 2**31
 TOKENS = 2**24

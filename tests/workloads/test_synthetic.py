@@ -121,6 +121,22 @@ def test_constant_rate_arrivals() -> None:
     assert list(itertools.islice(constant_arrivals(3.0), 3)) == [0.0, 1000.0 / 3, 2000.0 / 3]
 
 
+@pytest.mark.parametrize("rate", [1e-300, 1e-10])
+def test_an_arrival_past_the_virtual_time_a_replay_covers_is_an_error(rate: float) -> None:
+    # 1e-300 requests/s put the second arrival at 1e303 ms; the clock would overflow or
+    # lose its milliseconds (zero latencies, requests dropped at +inf) long before
+    w = build_workload({"source": SYN,
+                        "load": {"type": "constant_rate", "requests_per_second": rate},
+                        "stop": {"requests": 3}})
+    arrivals = w.start()
+    assert next(arrivals).arrival_ms == 0.0
+    with pytest.raises(WorkloadError) as info:
+        next(arrivals)
+    (d,) = info.value.diagnostics
+    assert (d.code, d.path) == ("arrival-too-late", ("traffic", "load"))
+    assert d.message.startswith(f"request 1 arrives at {1000 / rate:.3g} ms of virtual time")
+
+
 def test_open_loop_stops_at_max_virtual_time() -> None:
     w = build_workload({"source": SYN,
                         "load": {"type": "constant_rate", "requests_per_second": 1.0},

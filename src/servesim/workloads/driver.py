@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from servesim.engines.kernel.requests import RequestSpec
+from servesim.errors import Diagnostic, WorkloadError
+from servesim.limits import VIRTUAL_MS
 
 
 class Session(Protocol):
@@ -65,6 +67,19 @@ class OpenLoop:
 
 
 ArrivalPlan = ClosedLoop | OpenLoop
+
+
+def _in_time(spec: RequestSpec) -> RequestSpec:
+    """``spec``, unless it arrives past the virtual time a replay covers (a rate or speedup
+    so small, or a delay so long, that the clock would lose its milliseconds or overflow)."""
+    if not spec.arrival_ms <= VIRTUAL_MS:
+        raise WorkloadError([Diagnostic(
+            code="arrival-too-late", path=("traffic", "load"),
+            message=f"request {spec.request_id} arrives at {spec.arrival_ms:.3g} ms of virtual "
+            f"time, past the {VIRTUAL_MS:g} ms (about 31 years) a replay covers",
+            hint="raise the rate or the speedup, shorten the delays, or stop the replay "
+                 "earlier (traffic.stop)")])
+    return spec
 
 
 class SessionWorkload:
@@ -119,7 +134,7 @@ class SessionWorkload:
             return None
         self._released += 1
         self._live[spec.request_id] = unit
-        return spec
+        return _in_time(spec)
 
     def start(self) -> Iterator[RequestSpec]:
         if self._units is not None:  # a previous replay still reads
@@ -148,7 +163,7 @@ class SessionWorkload:
         spec = unit.next_turn(request, time_ms)
         if spec is not None and self._admissible(spec):
             self._live[spec.request_id] = unit
-            return [spec]
+            return [_in_time(spec)]
         if isinstance(self._plan, ClosedLoop):
             nxt = self._release(time_ms)
             if nxt is not None:
