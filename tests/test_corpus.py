@@ -90,11 +90,11 @@ def render_expected(expected: Expected, outcome: Outcome, default_command: str) 
 # -- the committed cases ---------------------------------------------------------------------
 
 def million_identical_hash_ids(path: Path) -> None:
-    """A million copies of one hash id: one row that fits (by input_length), one that
-    claims all 16M tokens and can never fit the pool."""
-    ids = json.dumps([7] * 1_000_000)
+    """A million copies of one hash id that claim all 16M tokens and can never fit the
+    pool, after a row of 250 copies that fits."""
+    few, ids = json.dumps([7] * 250), json.dumps([7] * 1_000_000)
     path.write_text(
-        f'{{"timestamp": 0, "input_length": 4000, "output_length": 2, "hash_ids": {ids}}}\n'
+        f'{{"timestamp": 0, "input_length": 4000, "output_length": 2, "hash_ids": {few}}}\n'
         f'{{"timestamp": 1, "output_length": 2, "hash_ids": {ids}}}\n', encoding="utf-8")
 
 

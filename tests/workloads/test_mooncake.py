@@ -279,6 +279,9 @@ ERRORS: list[tuple[list[Any], int, str]] = [
     ([{"hash_ids": [7, 8], "output_length": 1, "input_length": 1100}], 1,
      "input_length 1100 exceeds hash_ids capacity 1024 (2 hash_ids x block_size 512)"),
     ([{"hash_ids": [], "output_length": 1}], 1, "the prompt is empty (input_length 0)"),
+    # a traffic.source.block_size larger than the trace's: each id would cover whole prompts
+    ([{"hash_ids": [7, 8, 9], "output_length": 1, "input_length": 1000}], 1,
+     "3 hash_ids, but input_length 1000 fills 2 block(s) of block_size 512"),
     ([{"hash_ids": [1], "output_length": 2, "output_token_ids": [5]}], 1,
      "'output_token_ids' has 1 entries but output_length is 2"),
     ([{"hash_ids": [1], "output_length": 2, "output_tokens": 3}], 1,

@@ -374,6 +374,13 @@ class MooncakeReader:
         if input_length == 0:
             raise self._error("trace-bad-field", "the prompt is empty (input_length 0)",
                               "give the row at least one hash id and a positive input_length")
+        needed = -(-input_length // bs)
+        if len(hash_ids) > needed:  # a block size larger than the trace's merges prompts
+            raise self._error("trace-bad-field",
+                              f"{len(hash_ids)} hash_ids, but input_length {input_length} "
+                              f"fills {needed} block(s) of block_size {bs}",
+                              "set traffic.source.block_size to the tokens each hash id "
+                              "stands for in this trace, or drop the extra hash ids")
         # timing
         ts_field = self._alias(obj, ("timestamp", "created_time"))
         timestamp = None if ts_field is None else self._millis(*ts_field, TIMESTAMP_MS)
