@@ -268,8 +268,9 @@ def config_limit_cases() -> Iterator[tuple[str, str, Limit, Any]]:
 PAYLOAD_BASE = json.loads((CORPUS / "payload" / "valid.json").read_text(encoding="utf-8"))
 PAYLOAD_SKELETONS: dict[tuple[str, ...], dict[str, Any]] = {
     ("roles", "aggregated", "speculation"): {**SPECULATION, "seed": 42},
+    # one state block of the base role's 4 MiB blocks
     ("roles", "aggregated", "state_cache"): {"bytes_per_request": 1, "state_blocks": 1,
-                                             "allocated_bytes_per_request": 1},
+                                             "allocated_bytes_per_request": 4194304},
     ("kv_transfer",): {"bytes_per_token": 1, "bandwidth_gb_per_second": 1.0},
 }
 

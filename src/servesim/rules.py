@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 import attrs
 
@@ -30,6 +31,14 @@ RoleRule = Callable[[RoleArgs, Path], Iterator[Diagnostic]]
 
 def _d(code: str, path: Path, message: str, hint: str | None = None) -> Diagnostic:
     return Diagnostic(code=code, message=message, path=path, hint=hint, stage="validate")
+
+
+def _in_limits(obj: Any, name: str) -> bool:
+    """Whether ``obj.name`` is within the bounds its field declares (:mod:`servesim.limits`)."""
+    meta = attrs.fields_dict(type(obj))[name].metadata
+    value = getattr(obj, name)
+    return (meta.get("lo") is None or value >= meta["lo"]) and (
+        meta.get("hi") is None or value <= meta["hi"])
 
 
 def role_path(role: str) -> Path:
@@ -134,6 +143,11 @@ def state_cache_geometry(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
         yield _d("state-cache-blocks", (*kp, "state_cache", "state_blocks"),
                  f"must be ceil(bytes_per_request / block bytes) = ceil({sc.bytes_per_request}"
                  f" / {block_bytes}) = {needed}, got {sc.state_blocks}")
+    elif sc.allocated_bytes_per_request != needed * block_bytes and _in_limits(
+            sc, "allocated_bytes_per_request"):  # else value_limits reports it
+        yield _d("state-cache-blocks", (*kp, "state_cache", "allocated_bytes_per_request"),
+                 f"must be state_blocks x block bytes = {needed} x {block_bytes} = "
+                 f"{needed * block_bytes}, got {sc.allocated_bytes_per_request}")
     if r.num_gpu_blocks < sc.state_blocks + 1:
         yield _d("state-cache-capacity", (*kp, "capacity"),
                  "state_cache capacity must fit one token block and one request state: "
@@ -269,3 +283,10 @@ def _pd_rules(prefill: RoleArgs, decode: RoleArgs,
     if kv_transfer is not None:
         for d in check_limits(kv_transfer, ("engine", "kv_transfer")):
             yield attrs.evolve(d, stage="validate")
+        # the prefill worker sends each request's state with its KV (spec §3.7)
+        state = prefill.state_cache.bytes_per_request if prefill.state_cache else 0
+        if kv_transfer.state_bytes != state:
+            should = ("0: the prefill role has no state_cache to send" if prefill.state_cache
+                      is None else f"the prefill role's state_cache.bytes_per_request, {state}")
+            yield _d("pd-state-cache", ("engine", "kv_transfer", "state_bytes"),
+                     f"must be {should}, got {kv_transfer.state_bytes}")
