@@ -377,6 +377,30 @@ def test_compile_output_to_a_folder_is_refused_before_compiling(
     assert list(Path("out").iterdir()) == []
 
 
+@pytest.mark.parametrize(("command", "flag", "arg", "problem"), [
+    ("compile", "-o", "", "the path is empty"),
+    ("replay", "--requests-out", "", "the path is empty"),
+    ("replay", "-o", "new/", "it is a folder"),  # a folder to be, not a file named "new"
+])
+def test_an_empty_or_folder_output_path_is_refused(
+        capsys: pytest.CaptureFixture[str], command: str, flag: str, arg: str,
+        problem: str) -> None:
+    code, out, err = run(capsys, command, write("ok.toml", QWEN), flag, arg)
+    assert (code, out) == (1, "")
+    assert err.startswith(f"error: {flag} {arg}: cannot write this file: {problem} "
+                          "[output-path]")
+    assert sorted(p.name for p in Path().iterdir()) == ["ok.toml"]
+
+
+def test_compile_writes_an_earlier_stage_to_the_output_file(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "compile", write("ok.toml", QWEN), "--stop-after", "resolve",
+                         "-o", "stage.json")
+    assert (code, out, err) == (0, "", "wrote stage.json (stage resolve)\n")
+    stage = json.loads(Path("stage.json").read_text(encoding="utf-8"))
+    assert stage["roles"]["aggregated"]["model"] == "Qwen/Qwen3-32B"
+
+
 def test_compile_output_writes_through_a_link_with_a_new_file_s_permissions(
         capsys: pytest.CaptureFixture[str]) -> None:
     Path("kept").mkdir()

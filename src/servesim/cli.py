@@ -144,7 +144,10 @@ def _compile(args: argparse.Namespace, registry: EngineRegistry, out: Console,
             sys.stdout.write(text)
         return EXIT_OK
     data = stage_to_data(artifact)
-    if args.format == "json":
+    if output:  # a stage's values, as JSON: a file is for a program to read
+        _write_output(output, json.dumps(data, indent=2, sort_keys=True) + "\n", "-o")
+        err.print(f"wrote {args.output} (stage {args.stop_after})")
+    elif args.format == "json":
         sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
     elif isinstance(artifact, (ResolvedConfig, ValidatedConfig)):
         from servesim.render import resolved_tree
@@ -363,11 +366,13 @@ def _output_path(arg: str | None, flag: str) -> Path | None:
     """``arg`` as the file an option writes, checked before any work is done (so that a
     replay's results are not lost to a path that cannot be written): not a folder, in a
     folder that exists or can be made and takes a new file."""
-    if not arg:
+    if arg is None:
         return None
     path = Path(arg)
     try:
-        if path.is_dir():
+        if not arg:
+            raise FileNotFoundError(2, "the path is empty")
+        if path.is_dir() or arg.endswith(("/", os.sep)):
             raise IsADirectoryError(21, "it is a folder")
         target = Path(os.path.realpath(path))
         if not target.exists() or target.is_file():  # a device or pipe is written in place
