@@ -499,3 +499,25 @@ def test_ctrl_c_while_the_cli_loads_exits_130(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr(builtins, "__import__", interrupted)
     assert console.run() == 130
     assert capsys.readouterr().err == "interrupted\n"
+
+
+def test_a_model_folder_is_named_relative_to_the_config_like_a_trace(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib.resources import files
+
+    catalog = files("servesim.catalog") / "models" / "meta-llama--Meta-Llama-3.1-8B.json"
+    Path("deploy/llama").mkdir(parents=True)
+    Path("deploy/llama/config.json").write_text(catalog.read_text(encoding="utf-8"))
+    Path("deploy/c.toml").write_text(QWEN.replace('"Qwen/Qwen3-32B"', '"llama"'))
+    assert run(capsys, "validate", "deploy/c.toml")[0] == 0  # not ./llama
+    code, _, err = run(capsys, "compile", "deploy/c.toml", "-o", "out/p.json")
+    assert code == 0, err
+    assert json.loads(Path("out/p.json").read_text())["roles"]["aggregated"]["model"] == \
+        "../deploy/llama"  # relative to the payload, so both can move together
+    code, out, err = run(capsys, "replay", "out/p.json", "--quiet", "--format", "json")
+    assert code == 0, err
+    Path("llama").mkdir()  # a folder of that name beside the caller is not the one meant
+    Path("deploy/llama/config.json").unlink()
+    Path("deploy/llama").rmdir()
+    code, _, err = run(capsys, "validate", "deploy/c.toml")
+    assert code == 1 and "no model folder 'llama' next to the config" in err

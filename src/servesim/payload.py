@@ -181,8 +181,11 @@ def dump_payload(payload: Payload, *, relative_to: str | None = None) -> str:
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
 
-def _map_paths(data: dict[str, Any], fn: Any) -> None:
-    """Apply ``fn`` to every file path a payload dict names (trace, timing tables)."""
+def _map_paths(data: dict[str, Any], fn: Any, *, models: bool = True) -> None:
+    """Apply ``fn`` to every file path a payload dict names (trace, timing tables) and, with
+    ``models``, every model folder (a model that is not a catalog name)."""
+    from servesim.catalog import model_names
+
     workload, roles = data.get("workload"), data.get("roles")  # not checked yet: any JSON
     source = workload.get("source") if isinstance(workload, dict) else None
     if isinstance(source, dict) and isinstance(source.get("path"), str):
@@ -191,6 +194,9 @@ def _map_paths(data: dict[str, Any], fn: Any) -> None:
         timing = role.get("timing") if isinstance(role, dict) else None
         if isinstance(timing, dict) and isinstance(timing.get("path"), str):
             timing["path"] = fn(timing["path"])
+        model = role.get("model") if isinstance(role, dict) else None
+        if models and isinstance(model, str) and model not in model_names():
+            role["model"] = fn(model)
 
 
 def payload_files(payload: Payload) -> list[str]:
@@ -201,7 +207,7 @@ def payload_files(payload: Payload) -> list[str]:
         files.append(path)
         return path
 
-    _map_paths(payload_to_dict(payload), collect)
+    _map_paths(payload_to_dict(payload), collect, models=False)
     return files
 
 

@@ -18,9 +18,11 @@ from servesim.payload import (
 )
 
 
-def test_trace_and_timing_paths_round_trip_through_a_payload_file(tmp_path: Path) -> None:
+def test_trace_timing_and_model_paths_round_trip_through_a_payload_file(
+        tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
-    role = RoleArgs(worker_type="aggregated", backend="vllm", model="m", hardware="h",
+    role = RoleArgs(worker_type="aggregated", backend="vllm", model=str(data_dir / "model"),
+                    hardware="h",
                     timing=TimingArgs(type="table", path=str(data_dir / "steps.csv")))
     payload = Payload(engine="vllm", mode="aggregated", roles={"aggregated": role},
                       workload={"source": {"type": "trace", "path": str(data_dir / "t.jsonl")},
@@ -29,9 +31,18 @@ def test_trace_and_timing_paths_round_trip_through_a_payload_file(tmp_path: Path
     data = json.loads(dump_payload(payload, relative_to=str(out_dir)))
     assert data["workload"]["source"]["path"] == "../data/t.jsonl"
     assert data["roles"]["aggregated"]["timing"]["path"] == "../data/steps.csv"
+    assert data["roles"]["aggregated"]["model"] == "../data/model"
     anchor_paths(data, str(out_dir))
     loaded = load_payload(data)
+    assert os.path.normpath(loaded.roles["aggregated"].model) == str(data_dir / "model")
     assert os.path.normpath(loaded.workload["source"]["path"]) == str(data_dir / "t.jsonl")
     assert os.path.normpath(loaded.roles["aggregated"].timing.path or "") == str(
         data_dir / "steps.csv")
-    assert attrs.evolve(loaded.roles["aggregated"], timing=role.timing) == role
+    assert attrs.evolve(loaded.roles["aggregated"], timing=role.timing,
+                        model=role.model) == role
+    # a catalog model is a name, not a path
+    catalog = attrs.evolve(payload, roles={"aggregated": attrs.evolve(
+        role, model="Qwen/Qwen3-32B")})
+    data = json.loads(dump_payload(catalog, relative_to=str(out_dir)))
+    anchor_paths(data, str(out_dir))
+    assert data["roles"]["aggregated"]["model"] == "Qwen/Qwen3-32B"

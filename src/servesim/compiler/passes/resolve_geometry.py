@@ -13,7 +13,9 @@ Example: Kimi K3 at TP8 with FP8 KV and a requested ``block_size = 128`` and
 
 from __future__ import annotations
 
+import functools
 import math
+import os
 from collections.abc import Callable
 from pathlib import Path as PathLike
 from typing import Any, Literal, TypeVar
@@ -93,7 +95,8 @@ def resolve_geometry(cfg: ParsedConfig, ctx: CompileContext) -> ResolvedConfig:
     for key, was_authored in authored.items():
         rec.note(("engine", "options", key), "authored" if was_authored else "defaulted")
     backend: Backend = rec.pick(("engine", "backend"), e.backend, "vllm")
-    model = _lookup(rec, ("engine", "model"), e.model, catalog.load_model)
+    model = _lookup(rec, ("engine", "model"), e.model,
+                    functools.partial(_load_model, base_dir=ctx.base_dir))
     if model is not None:
         try:
             geometry.kv_dtype_bytes(model, e.kvcache_quant_mode)
@@ -133,6 +136,22 @@ def resolve_geometry(cfg: ParsedConfig, ctx: CompileContext) -> ResolvedConfig:
     return ResolvedConfig(parsed=cfg, engine=engine, engine_options=engine_options,
                           mode=mode, roles=roles, workload=workload, kv_transfer=kv_transfer,
                           sla=sla, provenance=rec.provenance, metadata=metadata)
+
+
+def _load_model(name: str, base_dir: PathLike | None) -> catalog.ModelInfo:
+    """A catalog model, or a folder holding ``config.json``: like every path a config
+    names, relative to the config's folder."""
+    if base_dir is None or name in catalog.model_names():
+        return catalog.load_model(name)
+    folder = os.path.expanduser(name)
+    if os.path.isabs(folder):
+        return catalog.load_model(folder)
+    anchored = os.path.join(base_dir, folder)
+    if os.path.exists(anchored) or not os.path.exists(folder):
+        return catalog.load_model(anchored if os.path.exists(anchored) else name)
+    raise catalog.CatalogError(
+        f"no model folder {name!r} next to the config ({anchored}); a model folder is named "
+        "relative to the config's folder, like a trace")
 
 
 def _lookup(rec: _Recorder, path: Path, name: str, load: Callable[[str], T]) -> T | None:
