@@ -516,6 +516,7 @@ def test_a_model_folder_is_named_relative_to_the_config_like_a_trace(
         "../deploy/llama"  # relative to the payload, so both can move together
     code, out, err = run(capsys, "replay", "out/p.json", "--quiet", "--format", "json")
     assert code == 0, err
+    assert json.loads(out)["completed_requests"] > 0
     Path("llama").mkdir()  # a folder of that name beside the caller is not the one meant
     Path("deploy/llama/config.json").unlink()
     Path("deploy/llama").rmdir()
