@@ -122,17 +122,22 @@ def test_weight_bytes_split_by_parallel_shape() -> None:
     total = parameter_count(q).total
     assert weight_bytes_per_gpu(q, tensor=1, pipeline=1) == total * 2
     assert weight_bytes_per_gpu(q, tensor=2, pipeline=2) == math.ceil(total * 2 / 4)
-    assert weight_bytes_per_gpu(q, tensor=1, pipeline=1, weight_dtype_bytes=1) == total
+    # FP8 linear layers; the embeddings and the LM head stay bf16
+    p = parameter_count(q)
+    assert weight_bytes_per_gpu(q, tensor=1, pipeline=1, weight_dtype_bytes=1) == (
+        total + p.embedding + p.lm_head)
 
 
 def test_weight_bytes_moe_experts_split_over_moe_shape() -> None:
     ds = load_model("deepseek-ai/DeepSeek-V3")
     p = parameter_count(ds)
-    # FP8 checkpoint: 1 byte per weight by default; attention-DP with 8-way EP
+    # FP8 checkpoint: 1 byte per linear weight by default (2 for the embeddings and the LM
+    # head); attention-DP with 8-way EP
+    kept = p.embedding + p.lm_head
     got = weight_bytes_per_gpu(ds, tensor=1, pipeline=1, moe_tensor=1, moe_expert=8)
-    assert got == math.ceil(p.non_expert + p.routed_experts / 8)
+    assert got == math.ceil(p.non_expert + kept + p.routed_experts / 8)
     got_tp8 = weight_bytes_per_gpu(ds, tensor=8, pipeline=1, moe_tensor=1, moe_expert=8)
-    assert got_tp8 == math.ceil(p.total / 8)
+    assert got_tp8 == math.ceil((p.total + kept) / 8)
 
 
 def test_weight_bytes_4bit_experts() -> None:

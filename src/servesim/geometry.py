@@ -361,7 +361,8 @@ def weight_bytes_per_gpu(
     ``moe_tensor * moe_expert * pipeline``. ``weight_dtype_bytes`` defaults to the model's
     (FP8 checkpoints -> 1). Routed experts use ``expert_dtype_bytes`` when given, else the
     model's 4-bit expert width when the checkpoint quantizes experts below the weight dtype,
-    else ``weight_dtype_bytes``.
+    else ``weight_dtype_bytes``. Embeddings and LM head stay in the model dtype when the
+    weights are narrower.
     """
     for name, value in (
         ("tensor", tensor),
@@ -376,7 +377,11 @@ def weight_bytes_per_gpu(
     ebytes = (expert_dtype_bytes if expert_dtype_bytes is not None
               else expert_weight_bytes(model, wbytes))
     params = parameter_count(model)
-    dense_bytes = params.non_expert * wbytes / (tensor * pipeline)
+    # quantization narrows the linear layers: embeddings and LM head stay in the model dtype
+    # (FP8, NVFP4, GPTQ and AWQ checkpoints alike)
+    kept = params.embedding + params.lm_head
+    kept_bytes = max(wbytes, model.dtype_bytes)
+    dense_bytes = ((params.non_expert - kept) * wbytes + kept * kept_bytes) / (tensor * pipeline)
     expert_bytes = params.routed_experts * ebytes / (moe_tensor * moe_expert * pipeline)
     return math.ceil(dense_bytes + expert_bytes)
 
