@@ -232,11 +232,18 @@ def load_payload(data: Any, *, name: str = "payload") -> Payload:
         raise PayloadError([Diagnostic(code="payload-not-object", location=name,
                                        message="a payload must be a JSON object")])
     version = data.get("schema_version")
-    if version != SCHEMA_VERSION:
+    if version != SCHEMA_VERSION or isinstance(version, bool):
+        if "schema_version" not in data:
+            problem = "the payload has no schema_version"
+        elif str(version) == str(SCHEMA_VERSION):  # "1", 1.0, true
+            problem = (f"schema_version is the {type(version).__name__} {version!r}, not the "
+                       f"number {SCHEMA_VERSION}")
+        else:
+            problem = f"unsupported payload schema_version {version!r:.40}"
         raise PayloadError([Diagnostic(
             code="payload-version", path=("schema_version",),
-            message=f"unsupported payload schema_version {version!r}; this servesim reads "
-            f"version {SCHEMA_VERSION}", hint="recompile the config with this servesim")])
+            message=f"{problem}; this servesim reads version {SCHEMA_VERSION}",
+            hint="recompile the config with this servesim")])
     conv = make_converter()
     payload, diags = structure(conv, data, Payload)
     if payload is None:

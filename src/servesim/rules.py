@@ -240,7 +240,7 @@ def check_deployment(mode: str, roles: Mapping[str, RoleArgs],
                       f"{mode} mode requires workers {sorted(expected)}, got {sorted(roles)}"))
     for name, role in roles.items():
         path = role_path(name)
-        if role.worker_type != name:
+        if role.worker_type != name and name in expected:  # else the roles are misnamed
             out.append(_d("role-mismatch", (*path, "worker_type"),
                           f"must be {name!r}, got {role.worker_type!r}"))
         for rule in ROLE_RULES:
