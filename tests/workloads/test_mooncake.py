@@ -483,3 +483,15 @@ def test_random_lines_give_requests_or_workload_error(
             assert prompt_length(spec.prompt) == spec.input_length
             assert spec.output_length >= 0
             assert spec.arrival_ms >= 0
+
+
+def test_a_gzip_compressed_trace_is_named_as_such(tmp_path: Path) -> None:
+    import gzip
+
+    path = tmp_path / "trace.jsonl.gz"
+    path.write_bytes(gzip.compress(b'{"hash_ids": [1], "output_length": 1}\n' * 50))
+    with pytest.raises(WorkloadError) as info:
+        rows_of(path)
+    (d,) = info.value.diagnostics
+    assert (d.location, d.message) == ("trace.jsonl.gz:1", "the file is gzip-compressed")
+    assert d.hint == "decompress it (gunzip) and name the .jsonl file"

@@ -279,6 +279,9 @@ class MooncakeReader:
         try:
             obj = _loads(raw.strip().decode("utf-8"))
         except UnicodeDecodeError as exc:
+            if self._line == 1 and raw.startswith(b"\x1f\x8b"):
+                raise self._error("trace-bad-json", "the file is gzip-compressed",
+                                  "decompress it (gunzip) and name the .jsonl file") from exc
             raise self._error("trace-bad-json", "the line is not valid UTF-8",
                               "save the trace as UTF-8 text") from exc
         except json.JSONDecodeError as exc:
