@@ -439,12 +439,9 @@ class ModelInfo:
         vocab = _req_int(name, lm, "vocab_size")
 
         dtype_raw = lm.get("torch_dtype") or lm.get("dtype") or raw.get("torch_dtype")
-        dtype_raw = dtype_raw or raw.get("dtype")
-        dtype_name = str(dtype_raw).removeprefix("torch.") if isinstance(dtype_raw, str) else None
-        dtype_bytes = dtype_name_bytes(dtype_name) if dtype_name else 2
-        if dtype_bytes is None or (dtype_raw is not None and dtype_name is None):
-            raise CatalogError(f"config.json: torch_dtype {dtype_raw!r:.40} is not a dtype "
-                               f"servesim knows ({', '.join(sorted(_DTYPE_BYTES))})")
+        dtype_raw = _dtype_name({"torch_dtype": dtype_raw or raw.get("dtype")}, "torch_dtype")
+        dtype_name = dtype_raw.removeprefix("torch.") if dtype_raw else None
+        dtype_bytes = (dtype_name_bytes(dtype_raw) if dtype_raw else None) or 2  # known
 
         kv_lora = _int(lm, "kv_lora_rank", lo=1)
         is_mla = kv_lora is not None
