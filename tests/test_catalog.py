@@ -308,6 +308,8 @@ HYBRID = {**CONFIG, "num_hidden_layers": 3, "mamba_num_heads": 2, "ssm_state_siz
     ({**CONFIG, "index_topk": "2048"}, "'index_topk' must be an integer from 1"),
     ({**CONFIG, "sliding_window": -4}, "'sliding_window' must be an integer from 1"),
     ({**CONFIG, "hidden_act": 128}, "hidden_act must be a name, got 128"),
+    ({**MOE, "num_experts": 0}, "the routed experts are counted twice, and differently "
+                                "\\(num_experts = 0, num_local_experts = 4\\); keep one"),
 ])
 def test_a_config_json_that_would_price_a_layer_as_nothing_is_refused(
         config: dict[str, object], message: str) -> None:

@@ -445,7 +445,13 @@ class ModelInfo:
 
         kv_lora = _int(lm, "kv_lora_rank", lo=1)
         is_mla = kv_lora is not None
-        num_experts = _int(lm, "num_experts", "n_routed_experts", "num_local_experts") or 0
+        expert_keys = ("num_experts", "n_routed_experts", "num_local_experts")
+        counts = {k: v for k in expert_keys if (v := _int(lm, k)) is not None}
+        if len(set(counts.values())) > 1:
+            raise CatalogError("config.json: the routed experts are counted twice, and "
+                               f"differently ({', '.join(f'{k} = {v}' for k, v in counts.items())})"
+                               "; keep one")
+        num_experts = next(iter(counts.values()), 0)
         topk = _int(lm, "num_experts_per_tok", "experts_per_token", "num_experts_per_token") or 0
         if num_experts and not 1 <= topk <= num_experts:
             raise CatalogError(f"config.json: a token's experts (num_experts_per_tok, {topk}) "
