@@ -177,11 +177,11 @@ def dump_payload(payload: Payload, *, relative_to: str | None = None) -> str:
                 return path
             return os.path.relpath(path, relative_to).replace(os.sep, "/")
 
-        _map_paths(data, relative)
+        map_paths(data, relative)
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
 
-def _map_paths(data: dict[str, Any], fn: Any, *, models: bool = True) -> None:
+def map_paths(data: dict[str, Any], fn: Any, *, models: bool = True) -> None:
     """Apply ``fn`` to every file path a payload dict names (trace, timing tables) and, with
     ``models``, every model folder (a model that is not a catalog name)."""
     from servesim.catalog import model_names
@@ -207,7 +207,7 @@ def payload_files(payload: Payload) -> list[str]:
         files.append(path)
         return path
 
-    _map_paths(payload_to_dict(payload), collect, models=False)
+    map_paths(payload_to_dict(payload), collect, models=False)
     return files
 
 
@@ -215,7 +215,7 @@ def anchor_paths(data: dict[str, Any], folder: str) -> None:
     """Make the relative paths of a payload file's dict absolute, relative to ``folder``."""
     import os
 
-    _map_paths(data, lambda p: p if os.path.isabs(p) else os.path.join(folder, p))
+    map_paths(data, lambda p: p if os.path.isabs(p) else os.path.join(folder, p))
 
 
 def load_payload(data: Any, *, name: str = "payload") -> Payload:

@@ -22,7 +22,7 @@ from servesim import __version__
 from servesim.engines.kernel.metrics import MetricsCollector, request_record_json
 from servesim.engines.kernel.requests import RequestRecord
 from servesim.errors import Diagnostic, PayloadError, ServesimError
-from servesim.payload import Payload, payload_to_dict
+from servesim.payload import Payload, map_paths, payload_to_dict
 from servesim.plugins.manager import EngineRegistry
 from servesim.timing.registry import make_timer, use_providers
 from servesim.workloads import (
@@ -144,7 +144,9 @@ def provenance(payload: Payload, base_dir: Path | None) -> dict[str, Any]:
     out: dict[str, Any] = {"servesim_version": __version__, "engine": payload.engine}
     if "path" in source:
         out["trace_sha256"] = trace_sha256(resolve_trace_path(source["path"], base_dir))
-        source["path"] = Path(source["path"]).name  # the trace is identified by its hash
+    # files are named by their last part: a payload is the same wherever it and they live
+    # (the trace is identified by its hash)
+    map_paths(data, lambda path: Path(path).name)
     data.pop("servesim_version", None)
     canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
     out["payload_sha256"] = hashlib.sha256(canonical.encode()).hexdigest()

@@ -46,3 +46,20 @@ def test_trace_timing_and_model_paths_round_trip_through_a_payload_file(
     data = json.loads(dump_payload(catalog, relative_to=str(out_dir)))
     anchor_paths(data, str(out_dir))
     assert data["roles"]["aggregated"]["model"] == "Qwen/Qwen3-32B"
+
+
+def test_a_payload_hashes_the_same_wherever_its_files_live(tmp_path: Path) -> None:
+    from servesim.replay import provenance
+
+    def payload(folder: Path) -> Payload:
+        role = RoleArgs(worker_type="aggregated", backend="vllm", model=str(folder / "model"),
+                        hardware="h", timing=TimingArgs(type="table",
+                                                        path=str(folder / "steps.csv")))
+        return Payload(engine="vllm", mode="aggregated", roles={"aggregated": role},
+                       workload={"source": {"type": "synthetic"}, "load": {}, "stop": {}})
+
+    here, there = (provenance(payload(tmp_path / d), None)["payload_sha256"]
+                   for d in ("a", "b"))
+    assert here == there
+    other = attrs.evolve(payload(tmp_path / "a"), engine="disagg")
+    assert provenance(other, None)["payload_sha256"] != here
