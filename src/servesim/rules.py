@@ -21,7 +21,7 @@ from typing import Any
 import attrs
 
 from servesim.catalog import CatalogError, load_model
-from servesim.converter import check_limits
+from servesim.converter import check_limits, check_limits_of_field
 from servesim.errors import Diagnostic, Path
 from servesim.geometry import parallel_problems, unpriced_weight_quant
 from servesim.payload import KvTransferArgs, RoleArgs, role_field_path
@@ -34,11 +34,8 @@ def _d(code: str, path: Path, message: str, hint: str | None = None) -> Diagnost
 
 
 def _in_limits(obj: Any, name: str) -> bool:
-    """Whether ``obj.name`` is within the bounds its field declares (:mod:`servesim.limits`)."""
-    meta = attrs.fields_dict(type(obj))[name].metadata
-    value = getattr(obj, name)
-    return (meta.get("lo") is None or value >= meta["lo"]) and (
-        meta.get("hi") is None or value <= meta["hi"])
+    """Whether ``obj.name`` is within the bounds its field declares (the limits rule)."""
+    return not check_limits_of_field(attrs.fields_dict(type(obj))[name], getattr(obj, name), ())
 
 
 def role_path(role: str) -> Path:
