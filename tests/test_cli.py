@@ -312,7 +312,7 @@ def test_an_output_that_is_an_input_or_the_other_output_is_refused(
     ('{"a": ' * 5000 + "1" + "}" * 5000, "p.json: not a JSON payload: maximum recursion depth "
                                           "exceeded"),
     ('{"schema_version": 1' + "1" * 5000 + "}", "p.json: not a JSON payload: Exceeds the limit"),
-    (None, "p.json: cannot read the payload: Is a directory [file-unreadable]"),
+    (None, "p.json: is a directory, expected a JSON payload [file-unreadable]"),
 ])
 def test_a_payload_file_that_cannot_be_read_is_an_input_error(
         capsys: pytest.CaptureFixture[str], content: str | None, expected: str) -> None:

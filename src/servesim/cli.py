@@ -25,7 +25,7 @@ from rich.console import Console
 from servesim import __version__
 from servesim.compiler import STAGES, compile_source
 from servesim.compiler.model.resolved import ResolvedConfig, ValidatedConfig
-from servesim.compiler.source import MAX_CONFIG_BYTES, SourceText
+from servesim.compiler.source import SourceText, read_input
 from servesim.errors import Diagnostic, PayloadError, ServesimError
 from servesim.payload import (
     Payload,
@@ -262,21 +262,9 @@ def load_input(path: str, registry: EngineRegistry) -> tuple[Payload, Path | Non
     if p.suffix.lower() != ".json":
         payload: Payload = compile_source(SourceText.from_path(p), registry=registry)
         return payload, None
+    raw = read_input(p, "a JSON payload", PayloadError)
     try:
-        with open(p, "rb") as f:  # no more than a config may hold (a device can be endless)
-            raw = f.read(MAX_CONFIG_BYTES + 1)
-        if len(raw) > MAX_CONFIG_BYTES:
-            raise PayloadError([Diagnostic(
-                code="file-too-large", location=path,
-                message=f"file is over {MAX_CONFIG_BYTES} bytes, the most a payload may be")])
         data = json.loads(raw.decode("utf-8"))
-    except FileNotFoundError:
-        raise PayloadError([Diagnostic(code="file-not-found", location=path,
-                                       message="file not found")]) from None
-    except OSError as exc:  # a folder, a symbolic-link loop, no permission
-        raise PayloadError([Diagnostic(code="file-unreadable", location=path,
-                                       message=f"cannot read the payload: {exc.strerror or exc}")
-                            ]) from None
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # nested too deep, too long
         where = f"{path}:{exc.lineno}:{exc.colno}" if isinstance(exc, json.JSONDecodeError) \
             else path

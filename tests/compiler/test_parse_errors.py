@@ -75,10 +75,10 @@ def test_file_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         "folder.toml": "folder.toml: is a directory, expected a TOML file [file-unreadable]",
         "latin1.toml": "latin1.toml: not UTF-8 text (byte 21) [not-utf8]",
         "huge.toml": f"huge.toml: file is over {MAX_CONFIG_BYTES} bytes, the most a config "
-                     "may be [file-too-large]",
+                     "or payload may be [file-too-large]",
         # an endless device is read no further than the limit
         "/dev/zero": f"/dev/zero: file is over {MAX_CONFIG_BYTES} bytes, the most a config "
-                     "may be [file-too-large]",
+                     "or payload may be [file-too-large]",
     }
     for name, line in expected.items():
         with pytest.raises(CompileError) as info:

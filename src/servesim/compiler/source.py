@@ -9,7 +9,7 @@ from typing import Any
 
 import attrs
 
-from servesim.errors import CompileError, Diagnostic
+from servesim.errors import CompileError, Diagnostic, ServesimError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -31,31 +31,39 @@ class SourceText:
     @classmethod
     def from_path(cls, path: str | Path) -> SourceText:
         p = Path(path)
-        try:
-            with open(p, "rb") as f:  # no more than the limit (a device can be endless)
-                data = f.read(MAX_CONFIG_BYTES + 1)
-        except FileNotFoundError:
-            raise CompileError([_diag(str(p), "file not found", "file-not-found")]) from None
-        except IsADirectoryError:
-            raise CompileError([_diag(str(p), "is a directory, expected a TOML file",
-                                      "file-unreadable")]) from None
-        except OSError as exc:
-            raise CompileError([_diag(str(p), f"cannot read: {exc.strerror}",
-                                      "file-unreadable")]) from None
+        data = read_input(p, "a TOML file", CompileError)
         return cls.from_bytes(data, name=str(p), base_dir=p.resolve().parent)
 
     @classmethod
     def from_bytes(cls, data: bytes, *, name: str = "<config>",
                    base_dir: Path | None = None) -> SourceText:
-        if len(data) > MAX_CONFIG_BYTES:
-            raise CompileError([_diag(name, f"file is over {MAX_CONFIG_BYTES} bytes, the most "
-                                      "a config may be", "file-too-large")])
         try:
             text = data.decode("utf-8-sig")  # a BOM from Windows editors is not an error
         except UnicodeDecodeError as exc:
             raise CompileError([_diag(name, f"not UTF-8 text (byte {exc.start})",
                                       "not-utf8")]) from None
         return cls(text=text, name=name, base_dir=base_dir)
+
+
+def read_input(path: Path, what: str, error: type[ServesimError]) -> bytes:
+    """The bytes of an input file (``what``: "a TOML file", "a JSON payload"), read no
+    further than :data:`MAX_CONFIG_BYTES` (a device can be endless); a file that cannot be
+    read raises ``error`` located at the path."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_CONFIG_BYTES + 1)
+    except FileNotFoundError:
+        raise error([_diag(str(path), "file not found", "file-not-found")]) from None
+    except IsADirectoryError:
+        raise error([_diag(str(path), f"is a directory, expected {what}",
+                           "file-unreadable")]) from None
+    except OSError as exc:  # a symbolic-link loop, no permission
+        raise error([_diag(str(path), f"cannot read: {exc.strerror or exc}",
+                           "file-unreadable")]) from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise error([_diag(str(path), f"file is over {MAX_CONFIG_BYTES} bytes, the most a "
+                           "config or payload may be", "file-too-large")])
+    return data
 
 
 def _diag(location: str, message: str, code: str) -> Diagnostic:
