@@ -61,7 +61,7 @@ GLOBAL = ("gemm_scale", "moe_scale", "mem_scale", "attn_scale", "kv_scale", "all
           "moe_quant_level.fp8", "moe_quant_level.fp4")
 PER_BACKEND = ("step_ms", "layer_us", "moe_layer_us", "decode_req_us", "prefill_req_ms",
                "prefill_layer_us", "request_ms", "request_us_per_token", "request_layer_us",
-               "request_moe_layer_us")
+               "request_moe_layer_us", "mla_layer_us", "request_mla_layer_us")
 BACKENDS = ("vllm", "sglang", "trtllm")
 BOUNDS = {
     "gemm_scale": (0.3, 1.2), "moe_scale": (0.05, 1.2), "mem_scale": (0.4, 1.15),
@@ -72,6 +72,7 @@ BOUNDS = {
     "prefill_req_ms": (0.001, 200.0), "prefill_layer_us": (0.1, 2000.0),
     "request_ms": (0.1, 1000.0), "request_us_per_token": (0.001, 200.0),
     "request_layer_us": (0.01, 5000.0), "request_moe_layer_us": (0.01, 5000.0),
+    "mla_layer_us": (0.01, 500.0), "request_mla_layer_us": (0.01, 5000.0),
     # a dtype's kernel efficiency relative to bf16's
     "fp8": (0.2, 1.0), "fp4": (0.2, 1.0),
 }

@@ -335,6 +335,29 @@ def test_each_moe_layer_adds_to_a_requests_set_up() -> None:
     assert extra_ms("meta-llama/Meta-Llama-3.1-70B") == 0.0
 
 
+def test_each_mla_layer_costs_its_extra_kernels() -> None:
+    # MLA runs more kernels per layer than grouped-query attention: every pass pays for
+    # them (mla_layer_us), and so does each request's set-up (request_mla_layer_us)
+    zero = {"vllm.mla_layer_us": 0.0, "vllm.request_mla_layer_us": 0.0}
+    base = load_constants().with_values(**zero)
+    dear = base.with_values(**{"vllm.mla_layer_us": 100.0,
+                               "vllm.request_mla_layer_us": 1000.0})
+
+    def extra_ms(model: str) -> tuple[float, float]:
+        geo = build_geometry(load_model(model), load_gpu("h100_sxm"), tensor=8)
+        a, b = AnalyticalTimer(geo, base), AnalyticalTimer(geo, dear)
+        return (b.decode_ms(8, 8192, 1024, 0) - a.decode_ms(8, 8192, 1024, 0),
+                b.request_ms(1024) - a.request_ms(1024))
+
+    # DeepSeek-R1: all 61 layers are MLA, 0.1 ms more each per pass, 1 ms per request
+    decode, request = extra_ms("deepseek-ai/DeepSeek-R1")
+    assert decode == pytest.approx(61 * 0.1)
+    assert request == pytest.approx(61 * 1.0)
+    # grouped-query attention, dense or MoE, has none
+    assert extra_ms("meta-llama/Meta-Llama-3.1-70B") == (0.0, 0.0)
+    assert extra_ms("Qwen/Qwen3-235B-A22B") == (0.0, 0.0)
+
+
 def test_the_busiest_expert_parallel_rank_sets_the_moe_time() -> None:
     # Same GPUs and experts: sharded by expert (EP8) or by slice (moe-TP8). At a few tokens
     # a pass, routing leaves some EP rank with about twice the mean touched experts, so

@@ -31,16 +31,18 @@ plus communication and fixed overheads:
   drafts, so it computes ``1 + drafts`` tokens per request through the GEMMs, experts and
   collectives, as many attention queries over a context whose KV is read once. Drafting
   itself is not priced (the replay's sampler has no draft model).
-- **Overheads**: per pass, per layer, per MoE layer, per decoding request and per
-  prefilling request; these are backend (software-stack) constants. An MoE layer runs
+- **Overheads**: per pass, per layer, per MoE layer, per MLA layer, per decoding request
+  and per prefilling request; these are backend (software-stack) constants. An MoE layer runs
   more kernels than a dense one (router, top-k, token permutation, grouped GEMMs and their
-  un-permutation), so it costs more per pass whatever its tokens. Each routed expert a
+  un-permutation), so it costs more per pass whatever its tokens; so does an MLA layer
+  (query and latent down-projections and their norms, the rope / no-rope split, the
+  latent's up-projection or absorption) over a grouped-query one. Each routed expert a
   layer touches also costs a fixed time (a grouped-GEMM tile per expert, whatever its few
   tokens).
 - **Request latency outside the GPU** (:meth:`AnalyticalTimer.request_ms`): the serving
   front end's HTTP handling, tokenisation and detokenisation, per request, per prompt
   token and per layer (the CPU set-up of a new request's prefill, which scales with the
-  layers to dispatch, an MoE layer's more kernels costing more). The engines admit a
+  layers to dispatch, an MoE or MLA layer's more kernels costing more). The engines admit a
   request to the scheduler that long after its arrival, so it adds to TTFT and E2E but
   does not occupy the GPU and is not part of any pass price.
 
@@ -170,6 +172,11 @@ class BackendOverheads:
     # request: the MoE block's extra kernels (router, top-k, permutation, grouped GEMMs)
     moe_layer_us: float = 0.0
     request_moe_layer_us: float = 0.0
+    # per MLA layer, likewise: multi-head latent attention runs more kernels than
+    # grouped-query attention (the query and latent down-projections and their norms, the
+    # rope / no-rope split, the latent's up-projection or absorption)
+    mla_layer_us: float = 0.0
+    request_mla_layer_us: float = 0.0
 
 
 @attrs.frozen
@@ -389,6 +396,7 @@ class StepGeometry:
     # tokens a decoding request computes per pass: 1, plus its drafts under speculative
     # decoding (the verification forward)
     decode_queries: int = 1
+    mla: bool = False  # the attention layers are multi-head latent attention
 
 
 def _fail(role_path: tuple[str, ...], message: str, hint: str | None = None) -> ReplayError:
@@ -614,6 +622,7 @@ def build_geometry(
         index_flops=index_flops,
         index_bytes=index_bytes,
         index_peak=index_peak,
+        mla=model.is_mla,
     )
 
 
@@ -731,11 +740,13 @@ class AnalyticalTimer:
         # the layer (projections, normalisation, RoPE, key quantisation and caching, FP8
         # logits, top-k)
         sparse_layers = self._mixers[0] if g.sparse_topk else 0
+        mla_layers = self._mixers[0] if g.mla else 0
         o = self._over
         self._layers_s = ((g.num_layers + sparse_layers) * o.layer_us
-                          + moe_layers * o.moe_layer_us) * 1e-6
+                          + moe_layers * o.moe_layer_us + mla_layers * o.mla_layer_us) * 1e-6
         self._request_layers_ms = (g.num_layers * o.request_layer_us
-                                   + moe_layers * o.request_moe_layer_us) * 1e-3
+                                   + moe_layers * o.request_moe_layer_us
+                                   + mla_layers * o.request_mla_layer_us) * 1e-3
 
     # -- building blocks (seconds) ------------------------------------------------------
 
