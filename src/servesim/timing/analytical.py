@@ -173,8 +173,7 @@ class BackendOverheads:
     moe_layer_us: float = 0.0
     request_moe_layer_us: float = 0.0
     # per MLA layer, likewise: multi-head latent attention runs more kernels than
-    # grouped-query attention (the query and latent down-projections and their norms, the
-    # rope / no-rope split, the latent's up-projection or absorption)
+    # grouped-query attention (see the module docstring)
     mla_layer_us: float = 0.0
     request_mla_layer_us: float = 0.0
 
