@@ -376,20 +376,19 @@ def _output_path(arg: str | None, flag: str) -> Path | None:
 def _not_an_input(outputs: dict[str, str | None], inputs: list[str]) -> None:
     """Refuse an output file that is one of the run's ``inputs`` or another output: writing
     it would destroy what the run reads, or what the other option wrote."""
-    def same(path: str) -> str:
-        return os.path.realpath(path)
-
-    seen: dict[str, str] = {same(p): "this run reads this file (its config, payload, trace "
-                            "or timing table): writing it would destroy it" for p in inputs}
+    reads = ("this run reads this file (its config, payload, trace or timing table): writing "
+             "it would destroy it")
+    seen = {os.path.realpath(p): reads for p in inputs}
     for flag, arg in outputs.items():
         if not arg:
             continue
-        problem = seen.get(same(arg))
+        problem = seen.get(os.path.realpath(arg))
         if problem:
             raise ServesimError([Diagnostic(
                 code="output-path", location=f"{flag} {arg}", message=problem,
                 hint="give the path of another file")])
-        seen[same(arg)] = f"this is also the {flag} file: one output would overwrite the other"
+        seen[os.path.realpath(arg)] = (f"this is also the {flag} file: one output would "
+                                       "overwrite the other")
 
 
 def _write_error(flag: str, arg: str, exc: OSError) -> ServesimError:

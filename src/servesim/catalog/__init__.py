@@ -315,8 +315,8 @@ def _layer_kinds(
     return tuple("full_attention" for _ in range(num_layers)), None
 
 
-def _dtype_name(cfg: Mapping[str, Any], key: str) -> str | None:
-    value = cfg.get(key)
+def _dtype_name(value: Any, key: str) -> str | None:
+    """``value`` (the config's ``key``) if it names a dtype servesim knows, None if unset."""
     if value is not None and not (isinstance(value, str) and dtype_name_bytes(value)):
         raise CatalogError(f"config.json: {key} {value!r:.40} is not a dtype servesim knows "
                            f"({', '.join(sorted(_DTYPE_BYTES))})")
@@ -341,7 +341,7 @@ def _linear_attention(name: str, cfg: Mapping[str, Any]) -> LinearAttention | No
             ssm_dtype="float32",  # KDA recurrent state is always fp32
         )
     if "linear_num_value_heads" in cfg:
-        ssm = _dtype_name(cfg, "mamba_ssm_dtype")
+        ssm = _dtype_name(cfg.get("mamba_ssm_dtype"), "mamba_ssm_dtype")
         return LinearAttention(
             kind="gdn",
             num_key_heads=_req_int(name, cfg, "linear_num_key_heads"),
@@ -352,7 +352,7 @@ def _linear_attention(name: str, cfg: Mapping[str, Any]) -> LinearAttention | No
             ssm_dtype=ssm,
         )
     if "mamba_num_heads" in cfg:
-        ssm = _dtype_name(cfg, "mamba_ssm_cache_dtype")
+        ssm = _dtype_name(cfg.get("mamba_ssm_cache_dtype"), "mamba_ssm_cache_dtype")
         return LinearAttention(
             kind="mamba2",
             num_key_heads=_int(cfg, "n_groups", default=1, lo=1) or 1,
@@ -439,7 +439,7 @@ class ModelInfo:
         vocab = _req_int(name, lm, "vocab_size")
 
         dtype_raw = lm.get("torch_dtype") or lm.get("dtype") or raw.get("torch_dtype")
-        dtype_raw = _dtype_name({"torch_dtype": dtype_raw or raw.get("dtype")}, "torch_dtype")
+        dtype_raw = _dtype_name(dtype_raw or raw.get("dtype"), "torch_dtype")
         dtype_name = dtype_raw.removeprefix("torch.") if dtype_raw else None
         dtype_bytes = (dtype_name_bytes(dtype_raw) if dtype_raw else None) or 2  # known
 

@@ -147,8 +147,10 @@ def _load_model(name: str, base_dir: PathLike | None) -> catalog.ModelInfo:
     if os.path.isabs(folder):
         return catalog.load_model(folder)
     anchored = os.path.join(base_dir, folder)
-    if os.path.exists(anchored) or not os.path.exists(folder):
-        return catalog.load_model(anchored if os.path.exists(anchored) else name)
+    if os.path.exists(anchored):
+        return catalog.load_model(anchored)
+    if not os.path.exists(folder):  # an unknown name: the catalog suggests close ones
+        return catalog.load_model(name)
     raise catalog.CatalogError(
         f"no model folder {name!r} next to the config ({anchored}); a model folder is named "
         "relative to the config's folder, like a trace")
