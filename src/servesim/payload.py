@@ -235,7 +235,7 @@ def load_payload(data: Any, *, name: str = "payload") -> Payload:
     if version != SCHEMA_VERSION or isinstance(version, bool):
         if "schema_version" not in data:
             problem = "the payload has no schema_version"
-        elif str(version) == str(SCHEMA_VERSION):  # "1", 1.0, true
+        elif str(version) == str(SCHEMA_VERSION):  # the string "1"
             problem = (f"schema_version is the {type(version).__name__} {version!r}, not the "
                        f"number {SCHEMA_VERSION}")
         else:
