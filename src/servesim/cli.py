@@ -21,6 +21,7 @@ from typing import Any
 
 import cattrs
 from rich.console import Console
+from rich.text import Text
 
 from servesim import __version__
 from servesim.compiler import STAGES, compile_source
@@ -193,8 +194,9 @@ def _validate(args: argparse.Namespace, registry: EngineRegistry, out: Console,
 
     payload = compile_source(SourceText.from_path(args.config), registry=registry)
     diags = check_input_files(payload, registry=registry)
-    if diags:
+    if any(d.severity == "error" for d in diags):
         raise ServesimError(diags)
+    _warn(err, diags)
     roles = ", ".join(payload.roles)
     out.print(f"ok: {args.config} is valid (engine {payload.engine}; roles {roles})")
     return EXIT_OK
@@ -256,6 +258,12 @@ def _plugins(args: argparse.Namespace, registry: EngineRegistry, out: Console,
     return EXIT_OK
 
 
+def _warn(err: Console, warnings: Sequence[Diagnostic]) -> None:
+    """Warnings on stderr, one per line like errors: ``warning: path: message [code]``."""
+    for d in warnings:
+        err.print(Text(f"warning: {d.render()}"))
+
+
 def load_input(path: str, registry: EngineRegistry) -> tuple[Payload, Path | None]:
     """A payload from a TOML config (compiled) or a JSON payload file (loaded and checked)."""
     p = Path(path)
@@ -298,6 +306,7 @@ def _replay(args: argparse.Namespace, registry: EngineRegistry, out: Console,
         err.print(f"interrupted at virtual time {bar.virtual_ms / 1000:.1f} s: no report "
                   f"written{kept}")
         return EXIT_INTERRUPTED
+    _warn(err, outcome.warnings)
     report = outcome.report
     text = json.dumps(report, indent=2, sort_keys=True) + "\n"
     if output:
