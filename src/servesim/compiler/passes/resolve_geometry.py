@@ -503,6 +503,9 @@ def _workload(rec: _Recorder, t: Traffic | None, base_dir: PathLike | None) -> d
     if stype == "synthetic":
         source["input_tokens"] = rec.pick((*sp, "input_tokens"), src.input_tokens, 1024)
         source["output_tokens"] = rec.pick((*sp, "output_tokens"), src.output_tokens, 128)
+        if src.output_range_ratio is not None:  # written only when authored: 0 spreads nothing
+            source["output_range_ratio"] = rec.pick((*sp, "output_range_ratio"),
+                                                    float(src.output_range_ratio), 0.0)
         source["cached_prefix_tokens"] = rec.pick((*sp, "cached_prefix_tokens"),
                                                   src.cached_prefix_tokens, 0)
     elif stype == "synthetic-session":
