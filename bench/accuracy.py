@@ -97,7 +97,7 @@ def main() -> int:
                     help="rows replayed at once, one process each (default: every core)")
     ap.add_argument("--data", type=Path, default=calib.DATA,
                     help="measurements in the calibration CSV's columns (default: the "
-                         "calibration rows; bench/data/unfitted_gpus.csv holds rows of a GPU "
+                         "calibration rows; bench/data/validation_gpus.csv holds rows of GPUs "
                          "the constants were not fitted on)")
     ap.add_argument("--provider", choices=("default", "measured"), default="default",
                     help="timing.type of the replayed configs (measured: the kernel tables "

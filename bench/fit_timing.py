@@ -127,12 +127,13 @@ def _record(s: calib.Setup | calib.PdSetup) -> calib.Recording | None:
 
 
 def load_items(rows: list[calib.Row], cache: Path | None, jobs: int) -> list[Item]:
-    """Setups and recordings of ``rows``, ``jobs`` replays at once (recordings do not
-    depend on the constants, so they can be cached between runs)."""
-    cached: dict[str, tuple[calib.Setup, calib.Recording]] = {}
+    """Setups and recordings of ``rows``, ``jobs`` replays at once. A recording depends
+    on the row's config, not on the constants or the timing model, so recordings can be
+    cached between runs (by row id); setups are built afresh."""
+    cached: dict[str, calib.Recording] = {}
     if cache is not None and cache.exists():
         with cache.open("rb") as f:
-            cached = pickle.load(f)
+            cached = {k: v[1] if isinstance(v, tuple) else v for k, v in pickle.load(f).items()}
     started = time.perf_counter()
     setups = [(row, s) for row, s in calib.iter_setups(rows, max_tokens=calib.MAX_TOKENS)
               if not isinstance(s, str)]
@@ -140,18 +141,20 @@ def load_items(rows: list[calib.Row], cache: Path | None, jobs: int) -> list[Ite
     with concurrent.futures.ProcessPoolExecutor(jobs) as pool:
         recordings = list(pool.map(_record, [s for _, s in fresh], chunksize=4))
     recorded = {row.id for row, _ in fresh}
-    for (row, s), rec in zip(fresh, recordings, strict=True):
+    for (row, _), rec in zip(fresh, recordings, strict=True):
         if rec is not None:
-            cached[row.id] = (s, rec)
+            cached[row.id] = rec
     items: list[Item] = []
-    for row, _ in setups:
-        hit = cached.get(row.id)
-        if hit is not None:
-            items.append(hit if row.id in recorded else (hit[0], calib.compact(hit[1])))
-    if cache is not None:
-        with cache.open("wb") as f:
+    for row, s in setups:
+        rec = cached.get(row.id)
+        if rec is not None and isinstance(s, calib.Setup):
+            items.append((s, rec if row.id in recorded else calib.compact(rec)))
+    if cache is not None:  # written whole or not at all
+        tmp = cache.with_name(cache.name + ".tmp")
+        with tmp.open("wb") as f:
             pickle.dump(cached, f)
-    print(f"{len(items)} recordings ({time.perf_counter() - started:.0f} s)")
+        os.replace(tmp, cache)
+    print(f"{len(items)} recordings ({time.perf_counter() - started:.0f} s)", flush=True)
     return items
 
 
@@ -275,6 +278,36 @@ def fit(base: AnalyticalConstants, items: list[Item], keys: list[str], ttft_weig
     return consts(x)
 
 
+def _errors(c: AnalyticalConstants, items: list[Item]) -> tuple[float, float]:
+    """TTFT and TPOT MAPE (%) of ``items`` re-priced with ``c``."""
+    errs = [(t / i[0].row.ttft_ms - 1, p / i[0].row.tpot_ms - 1)
+            for i in items for t, p in [predict(c, i)]]
+    return _mape([e[0] for e in errs]), _mape([e[1] for e in errs])
+
+
+def cross_validate(base: AnalyticalConstants, items: list[Item], keys: list[str],
+                   args: argparse.Namespace) -> None:
+    """Leave-one-GPU-out: each GPU's rows scored by constants fitted on the other GPUs'
+    (both folds), beside the in-sample figure of a fit on every GPU."""
+    gpus = sorted({s.row.system for s, _ in items})
+    print("\nleave-one-GPU-out (re-priced TTFT / TPOT MAPE %):")
+    print(f"{'GPU left out':14} {'rows':>5} {'fit rows':>8} {'in-sample':>17} "
+          f"{'left out':>17}")
+    scored: list[tuple[float, float, int]] = []
+    for gpu in gpus:
+        train = [i for i in items if i[0].row.system != gpu]
+        test = [i for i in items if i[0].row.system == gpu]
+        c = fit(base, train, keys, args.ttft_weight, args.iterations, error=args.error)
+        inside, outside = _errors(c, train), _errors(c, test)
+        scored.append((*outside, len(test)))
+        print(f"{gpu:14} {len(test):5d} {len(train):8d} {inside[0]:8.1f} {inside[1]:8.1f} "
+              f"{outside[0]:8.1f} {outside[1]:8.1f}", flush=True)
+    n = sum(k for _, _, k in scored)
+    print(f"{'every GPU':14} {n:5d} {'':8} {'':17} "
+          f"{sum(t * k for t, _, k in scored) / n:8.1f} "
+          f"{sum(p * k for _, p, k in scored) / n:8.1f}  (row-weighted)")
+
+
 def _result_args(argv: list[str]) -> list[str]:
     """The command-line arguments that shape the fitted constants: not where recordings
     are cached, how many processes make them, or whether the JSON is written."""
@@ -314,6 +347,9 @@ def main() -> int:
                     help="fit on the other GPUs' rows only (both folds), for leave-one-GPU-"
                          "out cross-validation; bench/accuracy.py --gpu SYSTEM --constants "
                          "FILE then scores the GPU left out")
+    ap.add_argument("--cross-validate", action="store_true",
+                    help="leave-one-GPU-out: for each GPU, fit on the others' rows and score "
+                         "its rows (re-priced), then print the table; writes nothing")
     ap.add_argument("--out", type=Path, default=OUT,
                     help="where to write the fitted constants (default: the shipped JSON)")
     args = ap.parse_args()
@@ -329,12 +365,17 @@ def main() -> int:
         report(base, load_items(calib.sample(rows, args.fit_rows or None), args.cache,
                                 args.jobs))
         return 0
-    candidates = rows if args.leave_out_gpu else [r for r in rows if not calib.holdout(r)]
-    fit_rows = calib.sample(candidates, args.fit_rows or None)
+    keys = [*GLOBAL, *(f"{b}.{f}" for b in BACKENDS for f in PER_BACKEND)]
+    if args.cross_validate:
+        items = load_items(calib.sample(rows, args.fit_rows or None), args.cache, args.jobs)
+        cross_validate(base, items, keys, args)
+        return 0
+    # the subsample of --cross-validate's rows (so they share recordings), less the holdout
+    fit_rows = [r for r in calib.sample(rows, args.fit_rows or None)
+                if args.leave_out_gpu or not calib.holdout(r)]
     items = load_items(fit_rows, args.cache, args.jobs)
     print(f"fitting on {len(items)} rows ({len(rows)} aggregated rows in the file, "
           f"holdout fold excluded)")
-    keys = [*GLOBAL, *(f"{b}.{f}" for b in BACKENDS for f in PER_BACKEND)]
     best = fit(base, items, keys, args.ttft_weight, args.iterations, error=args.error)
     report(best, items)
     at_bound = [k for k in keys if any(math.isclose(best.value(k), v, rel_tol=1e-6)
