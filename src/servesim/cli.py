@@ -36,6 +36,7 @@ from servesim.payload import (
     payload_to_dict,
 )
 from servesim.plugins.manager import PLUGIN_FAULTS, EngineRegistry, get_plugin_manager
+from servesim.render import shown
 
 EXIT_OK, EXIT_INPUT, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -86,8 +87,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if getattr(sys, stream) is None:  # closed by the caller (`>&-`): output goes nowhere
             setattr(sys, stream, open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115
     args = _parser().parse_args(argv)
-    out = Console(highlight=False)
-    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    # markup off: a file name or a plugin's text is printed as it is, brackets included
+    out = Console(highlight=False, markup=False)
+    err = Console(stderr=True, highlight=False, markup=False, soft_wrap=True)
     try:
         registry = _registry(args.plugin)
         handler = {"compile": _compile, "validate": _validate, "inspect": _inspect,
@@ -106,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INPUT
     except OSError as exc:  # writing our output failed (a full disk, say); reading is checked
         _drop_stdout()
-        err.print(f"error: cannot write the output: {exc}")
+        err.print(f"error: cannot write the output: {shown(exc)}")
         return EXIT_INPUT
 
 
@@ -139,14 +141,14 @@ def _compile(args: argparse.Namespace, registry: EngineRegistry, out: Console,
         text = dump_payload(artifact, relative_to=relative_to)
         if output:
             _write_output(output, text, "-o")
-            err.print(f"wrote {args.output} (engine {artifact.engine})")
+            err.print(f"wrote {shown(args.output)} (engine {shown(artifact.engine)})")
         else:
             sys.stdout.write(text)
         return EXIT_OK
     data = stage_to_data(artifact)
     if output:  # a stage's values, as JSON: a file is for a program to read
         _write_output(output, json.dumps(data, indent=2, sort_keys=True) + "\n", "-o")
-        err.print(f"wrote {args.output} (stage {args.stop_after})")
+        err.print(f"wrote {shown(args.output)} (stage {args.stop_after})")
     elif args.format == "json":
         sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
     elif isinstance(artifact, (ResolvedConfig, ValidatedConfig)):
@@ -196,7 +198,7 @@ def _validate(args: argparse.Namespace, registry: EngineRegistry, out: Console,
     if diags:
         raise ServesimError(diags)
     roles = ", ".join(payload.roles)
-    out.print(f"ok: {args.config} is valid (engine {payload.engine}; roles {roles})")
+    out.print(shown(f"ok: {args.config} is valid (engine {payload.engine}; roles {roles})"))
     return EXIT_OK
 
 
@@ -250,8 +252,9 @@ def _plugins(args: argparse.Namespace, registry: EngineRegistry, out: Console,
         source = registry.source(row["plugin"])
         origin = row["plugin"] if source.kind in ("builtin", "module") \
             else f"{row['plugin']} ({source.package or 'in-process'})"
-        table.add_row(Text(row["kind"], no_wrap=True), Text(row["name"], no_wrap=True),
-                      ", ".join(row["modes"]), origin, row["description"])
+        table.add_row(Text(row["kind"], no_wrap=True), Text(shown(row["name"]), no_wrap=True),
+                      Text(shown(", ".join(map(str, row["modes"])))), Text(shown(origin)),
+                      Text(shown(row["description"])))
     out.print(table)
     return EXIT_OK
 
@@ -294,7 +297,8 @@ def _replay(args: argparse.Namespace, registry: EngineRegistry, out: Console,
             outcome = replay_payload(payload, registry=registry, base_dir=base_dir,
                                      requests_out=requests_out, progress=bar.update)
     except KeyboardInterrupt:
-        kept = f"; finished requests are in {args.requests_out}" if args.requests_out else ""
+        kept = f"; finished requests are in {shown(args.requests_out)}" \
+            if args.requests_out else ""
         err.print(f"interrupted at virtual time {bar.virtual_ms / 1000:.1f} s: no report "
                   f"written{kept}")
         return EXIT_INTERRUPTED
@@ -312,7 +316,7 @@ def _replay(args: argparse.Namespace, registry: EngineRegistry, out: Console,
         out.print(report_summary(report, wall_time_ms=outcome.wall_time_ms))
         out.print(report_table(report))
         if args.output:
-            err.print(f"wrote {args.output}")
+            err.print(f"wrote {shown(args.output)}")
     return EXIT_OK
 
 
