@@ -59,7 +59,8 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
-@pytest.mark.parametrize("name", ["[/x]r.json", "[bold]r.json", "[red]r[/red].json"])
+@pytest.mark.parametrize("name", ["[/x]r.json", "[bold]r.json", "[red]r[/red].json",
+                                  "r:smile:.json"])
 def test_an_output_name_with_brackets_is_written_and_named_as_given(
         capsys: pytest.CaptureFixture[str], name: str) -> None:
     code, _, err = run(capsys, "replay", "c.toml", "--quiet", "-o", name)

@@ -87,9 +87,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if getattr(sys, stream) is None:  # closed by the caller (`>&-`): output goes nowhere
             setattr(sys, stream, open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115
     args = _parser().parse_args(argv)
-    # markup off: a file name or a plugin's text is printed as it is, brackets included
-    out = Console(highlight=False, markup=False)
-    err = Console(stderr=True, highlight=False, markup=False, soft_wrap=True)
+    # markup and emoji codes off: a file name or a plugin's text is printed as it is,
+    # brackets and colons included
+    out = Console(highlight=False, markup=False, emoji=False)
+    err = Console(stderr=True, highlight=False, markup=False, emoji=False, soft_wrap=True)
     try:
         registry = _registry(args.plugin)
         handler = {"compile": _compile, "validate": _validate, "inspect": _inspect,
