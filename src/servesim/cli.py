@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import importlib
 import json
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,10 +27,12 @@ from servesim.compiler import STAGES, compile_source
 from servesim.compiler.model.resolved import ResolvedConfig, ValidatedConfig
 from servesim.compiler.source import SourceText, read_input
 from servesim.errors import Diagnostic, PayloadError, ServesimError
+from servesim.files import identity, is_special, whole_file
 from servesim.payload import (
     Payload,
     anchor_paths,
     dump_payload,
+    files_named,
     load_payload,
     payload_files,
     payload_to_dict,
@@ -137,6 +139,8 @@ def _compile(args: argparse.Namespace, registry: EngineRegistry, out: Console,
     _not_an_input({"-o": args.output}, [args.config])
     source = SourceText.from_path(args.config)
     artifact = compile_source(source, registry=registry, stop_after=args.stop_after)
+    data = stage_to_data(artifact)  # the trace, tables and models it names, once resolved
+    _not_an_input({"-o": args.output}, [args.config, *files_named(data)])
     if isinstance(artifact, Payload):
         relative_to = str(output.resolve().parent) if output else os.getcwd()
         text = dump_payload(artifact, relative_to=relative_to)
@@ -146,7 +150,6 @@ def _compile(args: argparse.Namespace, registry: EngineRegistry, out: Console,
         else:
             sys.stdout.write(text)
         return EXIT_OK
-    data = stage_to_data(artifact)
     if output:  # a stage's values, as JSON: a file is for a program to read
         _write_output(output, json.dumps(data, indent=2, sort_keys=True) + "\n", "-o")
         err.print(f"wrote {shown(args.output)} (stage {args.stop_after})")
@@ -357,73 +360,74 @@ class _progress:
 
 def _output_path(arg: str | None, flag: str) -> Path | None:
     """``arg`` as the file an option writes, checked before any work is done (so that a
-    replay's results are not lost to a path that cannot be written): not a folder, in a
-    folder that exists or can be made and takes a new file."""
+    replay's results are not lost to a path that cannot be written): not a folder, a name
+    the file system takes, in a folder that exists or can be made and that we may write.
+    Nothing is created here: a folder is made only when the output is written."""
     if arg is None:
         return None
-    path = Path(arg)
     try:
         if not arg:
             raise FileNotFoundError(2, "the path is empty")
-        if path.is_dir() or arg.endswith(("/", os.sep)):
+        if arg.endswith(("/", os.sep)) or os.path.isdir(arg):
             raise IsADirectoryError(21, "it is a folder")
-        target = Path(os.path.realpath(path))
-        if not target.exists() or target.is_file():  # a device or pipe is written in place
-            target.parent.mkdir(parents=True, exist_ok=True)
-            fd, probe = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-            os.close(fd)
-            os.unlink(probe)
+        target = Path(os.path.realpath(arg))
+        if not is_special(target):  # a device or pipe is written in place
+            folder = target.parent
+            while not folder.exists() and folder != folder.parent:
+                folder = folder.parent
+            if not folder.is_dir():
+                raise NotADirectoryError(20, f"{folder} is not a folder")
+            if not os.access(folder, os.W_OK | os.X_OK):
+                raise PermissionError(13, f"the folder {folder} is not writable")
+            if len(os.fsencode(target.name)) > _name_max(folder):
+                raise OSError(36, "the file name is too long")
     except OSError as exc:
         raise _write_error(flag, arg, exc) from None
-    return path
+    return Path(arg)
+
+
+def _name_max(folder: Path) -> int:
+    try:
+        return os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):
+        return 255
 
 
 def _not_an_input(outputs: dict[str, str | None], inputs: list[str]) -> None:
     """Refuse an output file that is one of the run's ``inputs`` or another output: writing
-    it would destroy what the run reads, or what the other option wrote."""
-    reads = ("this run reads this file (its config, payload, trace or timing table): writing "
-             "it would destroy it")
-    seen = {os.path.realpath(p): reads for p in inputs}
+    it would destroy what the run reads, or what the other option wrote. Files are compared
+    by identity (device and inode), so a hard or symbolic link to an input is that input."""
+    reads = ("this run reads this file (its config, payload, trace, timing table or model "
+             "config.json): writing it would destroy it")
+    seen: dict[object, str] = {identity(p): reads for p in inputs}
+    seen.pop(None, None)
     for flag, arg in outputs.items():
         if not arg:
             continue
-        problem = seen.get(os.path.realpath(arg))
+        key: object = identity(arg) or os.path.realpath(arg)
+        problem = seen.get(key)
         if problem:
             raise ServesimError([Diagnostic(
                 code="output-path", location=f"{flag} {arg}", message=problem,
                 hint="give the path of another file")])
-        seen[os.path.realpath(arg)] = (f"this is also the {flag} file: one output would "
-                                       "overwrite the other")
+        seen[key] = f"this is also the {flag} file: one output would overwrite the other"
 
 
 def _write_error(flag: str, arg: str, exc: OSError) -> ServesimError:
+    if exc.errno == errno.ENXIO:  # a FIFO opened without blocking
+        problem = "it is a pipe that no process reads"
+    else:
+        problem = str(exc.strerror or exc)
     return ServesimError([Diagnostic(
         code="output-path", location=f"{flag} {arg}",
-        message=f"cannot write this file: {exc.strerror or exc}",
+        message=f"cannot write this file: {problem}",
         hint="give the path of a file in a folder you can write")])
 
 
 def _write_output(path: Path, text: str, flag: str) -> None:
-    """Write ``text`` to ``path``, so that a file is either complete or untouched: through a
-    symbolic link to its target, with the permissions a new file gets (or the existing
-    file's); a device or pipe (``/dev/stdout``, a FIFO) is written in place."""
-    target = Path(os.path.realpath(path))
-    tmp: str | None = None
+    """Write ``text`` to ``path`` whole or not at all (see :func:`servesim.files.whole_file`)."""
     try:
-        if target.exists() and not target.is_file():
-            with open(target, "w", encoding="utf-8") as f:
-                f.write(text)
-            return
-        umask = os.umask(0)
-        os.umask(umask)
-        mode = target.stat().st_mode & 0o7777 if target.exists() else 0o666 & ~umask
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with whole_file(path) as f:
             f.write(text)
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
     except OSError as exc:
         raise _write_error(flag, str(path), exc) from None
-    finally:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)

@@ -22,6 +22,7 @@ from servesim import __version__
 from servesim.engines.kernel.metrics import MetricsCollector, request_record_json
 from servesim.engines.kernel.requests import RequestRecord
 from servesim.errors import Diagnostic, PayloadError, ServesimError
+from servesim.files import whole_file
 from servesim.payload import Payload, map_paths, payload_to_dict
 from servesim.plugins.manager import EngineRegistry
 from servesim.timing.registry import make_timer, use_providers
@@ -88,7 +89,9 @@ def replay_payload(payload: Payload, *, registry: EngineRegistry, base_dir: Path
     """Check the payload with its engine's rules, replay it, return the report.
 
     Per-request records stream to ``requests_out`` (JSON lines) as requests finish, so
-    memory per finished request stays O(1) beyond the latency samples.
+    memory per finished request stays O(1) beyond the latency samples; they go to a
+    temporary file beside it, renamed over it when the replay ends, so a replay that fails
+    leaves the previous file in place.
     """
     engine = registry.get(payload.engine)
     if engine is None:
@@ -109,9 +112,8 @@ def replay_payload(payload: Payload, *, registry: EngineRegistry, base_dir: Path
             registry.guard(payload.engine, hook % "replay"):
         if requests_out is None:
             result = engine.replay(payload, workload, collector.add, progress=progress)
-        else:
-            requests_out.parent.mkdir(parents=True, exist_ok=True)
-            with requests_out.open("w", encoding="utf-8") as f:
+        else:  # renamed over the file when the replay ends (on Ctrl-C too: what finished)
+            with whole_file(requests_out, keep_on_interrupt=True) as f:
                 def sink(record: RequestRecord) -> None:
                     collector.add(record)
                     f.write(json.dumps(request_record_json(record), sort_keys=True) + "\n")

@@ -19,15 +19,18 @@ from __future__ import annotations
 import bisect
 import csv
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import attrs
 
 from servesim import limits
 from servesim.errors import Diagnostic, ReplayError
+from servesim.files import MiB, Unreadable, read_bounded
 
 __all__ = ["TableTimer", "load_table"]
+
+MAX_TABLE_BYTES = 64 * MiB  # a measured grid has thousands of rows, not millions
 
 COLUMNS = ("batch_size", "prefill_tokens", "kv_read_tokens", "latency_ms")
 
@@ -108,20 +111,33 @@ def _bad(location: str, message: str) -> ReplayError:
                                    message=message)])
 
 
+def _csv_rows(text: str, source: str) -> Iterator[tuple[int, list[str]]]:
+    """``(line number, cells)`` of each CSV row; a row the csv module refuses (a cell over
+    its field limit, an unclosed quote) is a table error at its line."""
+    reader = csv.reader(text.splitlines())  # one row per line: line_num is the line
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise _bad(f"{source}:{reader.line_num}", f"not a CSV row: {exc}") from None
+        yield reader.line_num, row
+
+
 def load_table(path: str | Path, *, display: str | None = None) -> tuple[_Grid | None,
                                                                           _Grid | None]:
     """Parse and check a latency table; ``(prefill grid, decode grid)``."""
     source = display or str(path)
     try:
-        if not Path(path).is_file():  # a device or pipe could be endless or block
-            kind = "a folder" if Path(path).is_dir() else "not a regular file" if Path(
-                path).exists() else "not found"
-            raise _bad(source, f"the timing table is {kind}; expected a CSV file")
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise _bad(source, f"cannot read the timing table: {exc}") from None
-    reader = csv.reader(text.splitlines())
-    header = next(reader, None)
+        text = read_bounded(path, "a timing table (CSV)", MAX_TABLE_BYTES).decode("utf-8-sig")
+    except Unreadable as exc:
+        raise _bad(source, f"cannot read the timing table: {exc.message}") from None
+    except UnicodeDecodeError as exc:
+        raise _bad(source, f"cannot read the timing table: not UTF-8 text (byte {exc.start})"
+                   ) from None
+    rows = _csv_rows(text, source)
+    header = next(rows, (1, None))[1]
     if header is None:
         raise _bad(f"{source}:1", "empty timing table (expected a header "
                    + ",".join(COLUMNS) + ")")
@@ -133,7 +149,7 @@ def load_table(path: str | Path, *, display: str | None = None) -> tuple[_Grid |
     idx = [header.index(c) for c in COLUMNS]
     prefill: dict[tuple[float, ...], tuple[float, int]] = {}
     decode: dict[tuple[float, ...], tuple[float, int]] = {}
-    for line_no, row in enumerate(reader, start=2):
+    for line_no, row in rows:
         if not row or all(not cell.strip() for cell in row):
             continue
         where = f"{source}:{line_no}"
