@@ -26,7 +26,7 @@ from servesim import __version__
 from servesim.compiler import STAGES, compile_source
 from servesim.compiler.model.resolved import ResolvedConfig, ValidatedConfig
 from servesim.compiler.source import SourceText, read_input
-from servesim.errors import Diagnostic, PayloadError, ServesimError
+from servesim.errors import Diagnostic, PayloadError, ReplayError, ServesimError
 from servesim.files import identity, is_special, whole_file
 from servesim.payload import (
     Payload,
@@ -307,6 +307,8 @@ def _replay(args: argparse.Namespace, registry: EngineRegistry, out: Console,
                   f"written{kept}")
         return EXIT_INTERRUPTED
     report = outcome.report
+    if report.get("num_requests", 0) and not report.get("completed_requests", 0):
+        raise ReplayError([_nothing_completed(args.input, report)])
     text = json.dumps(report, indent=2, sort_keys=True) + "\n"
     if output:
         try:
@@ -322,6 +324,20 @@ def _replay(args: argparse.Namespace, registry: EngineRegistry, out: Console,
         if args.output:
             err.print(f"wrote {shown(args.output)}")
     return EXIT_OK
+
+
+def _nothing_completed(where: str, report: dict[str, Any]) -> Diagnostic:
+    """A replay in which no request completed: its figures would all be zero."""
+    from servesim.render import INCOMPLETE_WHY, REJECTED_WHY
+
+    parts = [f"{report.get(f'{status}_requests', 0)} {status} ({why})"
+             for status, why in (("rejected", REJECTED_WHY), ("incomplete", INCOMPLETE_WHY))
+             if report.get(f"{status}_requests", 0)]
+    return Diagnostic(
+        code="nothing-completed", location=where,
+        message=f"no request of {report['num_requests']} completed: {'; '.join(parts)}",
+        hint="shorten the prompts or raise engine.context_length and the KV cache "
+        "(kv_cache.memory_fraction, more GPUs per worker); or let the replay run longer")
 
 
 class _progress:

@@ -18,6 +18,9 @@ from servesim.compiler.model.resolved import Provenance, ResolvedConfig
 from servesim.errors import Diagnostic, format_path
 from servesim.payload import RoleArgs, role_field_path
 
+REJECTED_WHY = ("prompt at or over the context length, or more tokens than a rank's KV cache "
+                "holds")
+INCOMPLETE_WHY = "unfinished when the replay stopped"
 ORIGIN_STYLE = {"authored": "green", "defaulted": "dim", "derived": "cyan"}
 
 
@@ -149,6 +152,9 @@ def report_summary(report: Mapping[str, Any], *, wall_time_ms: float | None = No
         ("prefix cache reused", f"{report.get('prefix_cache_reused_ratio', 0.0):.3f}"),
         ("GPU hours", f"{report.get('gpu_hours', 0.0):.4f}"),
     ]
+    for status, why in (("rejected", REJECTED_WHY), ("incomplete", INCOMPLETE_WHY)):
+        if report.get(f"{status}_requests", 0):
+            rows.append((f"{status} requests", f"{report[f'{status}_requests']} ({why})"))
     if "goodput_completed_requests" in report:
         rows.append(("goodput (req/s)", f"{report['goodput_request_throughput_rps']:.3f}"))
     if wall_time_ms is not None:

@@ -12,7 +12,7 @@ import hashlib
 import json
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from servesim.errors import Diagnostic, PayloadError, ServesimError
 from servesim.files import whole_file
 from servesim.payload import Payload, map_paths, payload_to_dict
 from servesim.plugins.manager import EngineRegistry
+from servesim.rules import prompt_over_budget
 from servesim.timing.registry import make_timer, use_providers
 from servesim.workloads import (
     build_workload,
@@ -33,8 +34,11 @@ from servesim.workloads import (
     unreadable_trace,
     validate_trace,
 )
+from servesim.workloads.mooncake import iter_trace_rows
 from servesim.workloads.spec import (
     TRACE_FORMATS,
+    SessionSource,
+    SyntheticSource,
     TimestampLoad,
     TraceSource,
     parse_workload_spec,
@@ -66,14 +70,26 @@ def check_input_files(payload: Payload, *, registry: EngineRegistry,
     out: list[Diagnostic] = []
     spec = parse_workload_spec(payload.workload, formats=tuple(registry.trace_formats))
     source = spec.source
+    first_prompt: int | None = None  # the first request's prompt: nothing of it is cached
     if isinstance(source, TraceSource):
         path = resolve_trace_path(source.path, base_dir)
         if source.format in TRACE_FORMATS:
             out += validate_trace(path, source.format, source.block_size, display=source.path,
                                   require_timestamps=isinstance(spec.load, TimestampLoad))
+            if not out:
+                with closing(iter_trace_rows(path, source.path, source.block_size)) as rows:
+                    first_prompt = next(rows).input_length
         else:
             unreadable = unreadable_trace(path, source.path)
             out += [unreadable] if unreadable else []
+    elif isinstance(source, SyntheticSource):
+        first_prompt = source.input_tokens
+    elif isinstance(source, SessionSource):
+        first_prompt = source.new_input_tokens_per_turn
+    for role in payload.roles.values():
+        if first_prompt is not None and role.worker_type != "decode":
+            problem = prompt_over_budget(role, 0, first_prompt)
+            out += [problem] if problem else []
     with use_providers(registry.timing_providers):
         for role in payload.roles.values():
             try:

@@ -287,3 +287,21 @@ def _pd_rules(prefill: RoleArgs, decode: RoleArgs,
                       is None else f"the prefill role's state_cache.bytes_per_request, {state}")
             yield _d("pd-state-cache", ("engine", "kv_transfer", "state_bytes"),
                      f"must be {should}, got {kv_transfer.state_bytes}")
+
+
+def prompt_over_budget(role: RoleArgs, request_id: int, tokens: int) -> Diagnostic | None:
+    """The admission rule of a prompt with chunked prefill off: its ``tokens`` uncached
+    tokens must fit one pass (``max_batched_tokens``), or the replay would deadlock. A
+    prompt at or over the context length is rejected instead, and is no problem here.
+    The scheduler applies it to every prompt, ``validate`` to the first of the traffic."""
+    if role.enable_chunked_prefill or tokens <= role.max_batched_tokens or (
+            role.max_model_len is not None and tokens >= role.max_model_len):
+        return None
+    return Diagnostic(
+        code="request-unschedulable",
+        path=("engine", "workers", role.worker_type, "scheduler", "max_batched_tokens"),
+        message=f"request {request_id} needs {tokens} uncached prompt tokens in one pass, but "
+        f"chunked prefill is disabled and max_batched_tokens is {role.max_batched_tokens}; "
+        "the replay would deadlock",
+        hint="set enable_chunked_prefill = true, or raise scheduler.max_batched_tokens to at "
+        f"least {tokens}")

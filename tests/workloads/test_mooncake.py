@@ -71,7 +71,7 @@ def test_aliases_and_blank_lines(write_trace: WriteTrace) -> None:
         "",
         "   ",
         {"hash_ids": [2], "input_length": 4, "output_length": 2, "timestamp": 9,
-         "request_id": "abc", "priority": 3, "output_token_ids": [11, 12]},
+         "output_token_ids": [11, 12]},
     ])
     a, b = rows_of(path)
     assert (a.input_length, a.output_length, a.timestamp_ms, a.line) == (10, 3, 5.0, 1)

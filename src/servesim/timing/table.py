@@ -44,14 +44,15 @@ class _Grid:
     axes: tuple[tuple[float, ...], ...]
     values: tuple[float, ...]
 
-    def __call__(self, point: Sequence[float], source: str) -> float:
+    def __call__(self, point: Sequence[float], source: str,
+                 key: tuple[str, ...] = ()) -> float:
         # locate each coordinate: (lower index, weight of the upper neighbour)
         cells: list[tuple[int, float]] = []
         for name, axis, x in zip(self.names, self.axes, point, strict=True):
             lo, hi = axis[0], axis[-1]
             if not lo <= x <= hi:
                 raise ReplayError([Diagnostic(
-                    code="timing-table-range",
+                    code="timing-table-range", path=key,
                     message=f"{self.kind} pass at {self._fmt(point)} is outside the measured "
                     f"table {source}: {name} {x:g} not in [{lo:g}, {hi:g}]",
                     hint="measure more points or use the analytical default timing")])
@@ -191,11 +192,18 @@ def load_table(path: str | Path, *, display: str | None = None) -> tuple[_Grid |
 class TableTimer:
     """Interpolates a measured latency table (see the module docstring)."""
 
-    __slots__ = ("_decode", "_prefill", "source")
+    __slots__ = ("_decode", "_prefill", "key", "source")
 
-    def __init__(self, path: str | Path, *, display: str | None = None) -> None:
+    def __init__(self, path: str | Path, *, display: str | None = None,
+                 key: tuple[str, ...] = ()) -> None:
         self.source = display or str(path)
+        self.key = key  # the config key naming the table: where its range errors point
         self._prefill, self._decode = load_table(path, display=display)
+
+    def missing(self, kinds: Sequence[str]) -> list[str]:
+        """Which of ``kinds`` ("prefill", "decode") the table has no rows of."""
+        grids = {"prefill": self._prefill, "decode": self._decode}
+        return [kind for kind in kinds if grids[kind] is None]
 
     def prefill_ms(self, batch: int, mean_isl: float, mean_prefix: float) -> float:
         new = mean_isl - mean_prefix
@@ -204,7 +212,7 @@ class TableTimer:
         point = (float(batch), float(batch) * new, float(batch) * mean_prefix)
         if self._prefill is None:
             raise self._no_rows("prefill", point)
-        return self._prefill(point, self.source)
+        return self._prefill(point, self.source, self.key)
 
     def decode_ms(
         self, batch: int, active_kv_tokens: int, mean_context: float, total_kv_tokens: int
@@ -214,10 +222,10 @@ class TableTimer:
         point = (float(batch), float(active_kv_tokens))
         if self._decode is None:
             raise self._no_rows("decode", point)
-        return self._decode(point, self.source)
+        return self._decode(point, self.source, self.key)
 
     def _no_rows(self, kind: str, point: tuple[float, ...]) -> ReplayError:
         return ReplayError([Diagnostic(
-            code="timing-table-range",
+            code="timing-table-range", path=self.key,
             message=f"{kind} pass at {point} cannot be priced: the table {self.source} has no "
             f"{kind} rows")])

@@ -19,12 +19,13 @@ have unread rows. Every problem is a :class:`~servesim.errors.WorkloadError` loc
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import json.scanner
 import math
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, cast
@@ -38,6 +39,10 @@ from servesim.errors import Diagnostic, WorkloadError
 # epoch) is at most 2**53 ms, where a float still counts every millisecond.
 SPAN_MS = limits.SECONDS * 1000.0
 TIMESTAMP_MS = float(limits.BIG)
+# every key a row may hold (aliases included); any other key is refused, as a misspelt
+# "input_len" would otherwise be replayed with the default length
+ROW_KEYS = ("timestamp", "created_time", "input_length", "input_tokens", "output_length",
+            "output_tokens", "output_token_ids", "hash_ids", "session_id", "delay", "delay_ms")
 ROW_EXAMPLE = '{"timestamp": 0, "input_length": 700, "output_length": 10, "hash_ids": [7, 8]}'
 
 
@@ -105,7 +110,7 @@ def count_session_rows(path: Path) -> dict[str, int]:
             if b"session_id" not in raw and b"\\u" not in raw:
                 continue
             try:
-                obj = json.loads(raw.decode("utf-8"))
+                obj = json.loads(raw.decode("utf-8-sig"))
             except (ValueError, RecursionError):
                 continue
             if isinstance(obj, dict) and "session_id" in obj:
@@ -277,7 +282,7 @@ class MooncakeReader:
 
     def _parse(self, raw: bytes) -> TraceRow:
         try:
-            obj = _loads(raw.strip().decode("utf-8"))
+            obj = _loads(raw.strip().decode("utf-8-sig"))  # a BOM as in configs
         except UnicodeDecodeError as exc:
             if self._line == 1 and raw.startswith(b"\x1f\x8b"):
                 raise self._error("trace-bad-json", "the file is gzip-compressed",
@@ -334,6 +339,9 @@ class MooncakeReader:
 
     def _validate(self, obj: dict[str, Any]) -> TraceRow:
         bs = self._block_size
+        for key in obj:
+            if key not in ROW_KEYS:
+                self._unknown_key(key)
         # hash_ids
         hash_ids = obj.get("hash_ids")
         if hash_ids is None:
@@ -434,6 +442,12 @@ class MooncakeReader:
                         prompt=prompt, input_length=input_length, output_length=output_length,
                         timestamp_ms=timestamp, delay_ms=delay_ms)
 
+    def _unknown_key(self, key: str) -> None:
+        close = difflib.get_close_matches(key, ROW_KEYS, n=1)
+        known = f"a row holds only {', '.join(ROW_KEYS)}"
+        raise self._error("trace-unknown-key", f"unknown key {_short(key)}",
+                          f"did you mean '{close[0]}'? ({known})" if close else known)
+
     def _check_hash_ids(self, hash_ids: list[Any]) -> None:
         for i, h in enumerate(hash_ids):
             if isinstance(h, bool) or not isinstance(h, int) or h < 0:
@@ -500,7 +514,7 @@ class MooncakeReader:
 
 
 def iter_trace_rows(path: Path, display: str, block_size: int, *,
-                    require_timestamps: bool = False) -> Iterator[TraceRow]:
+                    require_timestamps: bool = False) -> Generator[TraceRow, None, None]:
     """All rows of a trace in file order (validated; raises on the first bad line)."""
     reader = MooncakeReader(path, display, block_size, require_timestamps=require_timestamps,
                             session_rows=count_session_rows(path), keep_rows=False)
