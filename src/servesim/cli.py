@@ -12,10 +12,12 @@ import contextlib
 import errno
 import importlib
 import json
+import math
 import os
+import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +43,7 @@ from servesim.plugins.manager import PLUGIN_FAULTS, EngineRegistry, get_plugin_m
 from servesim.render import shown
 
 EXIT_OK, EXIT_INPUT, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+MAX_TIMEOUT_S = 1e7  # (past the timer's range; 115 days)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -78,10 +81,47 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--format", choices=("text", "json"), default="text",
                    help="stdout format: a summary table, or the report as JSON")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
+    r.add_argument("--timeout", type=_seconds, metavar="SECONDS",
+                   help="stop the replay after this much wall-clock time, as Ctrl-C does "
+                   "(exit 130, no report; finished requests are kept in --requests-out)")
     r.add_argument("--check-invariants", action="store_true",
                    help="audit block reference counts, pool totals, queues, virtual time and "
                    "terminal states at every step (slower; also SERVESIM_CHECK_INVARIANTS=1)")
     return p
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= MAX_TIMEOUT_S:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds in (0, "
+                                         f"{MAX_TIMEOUT_S:g}], got {text!r}")
+    return value
+
+
+class TimedOut(KeyboardInterrupt):
+    """The ``--timeout`` alarm: ends a replay where it stands, as Ctrl-C does."""
+
+
+@contextlib.contextmanager
+def _deadline(seconds: float | None) -> Iterator[None]:
+    """Raise :class:`TimedOut` in the main thread after ``seconds`` of wall-clock time."""
+    if seconds is None or not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def alarm(signum: int, frame: object) -> None:
+        raise TimedOut
+
+    previous = signal.signal(signal.SIGALRM, alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -91,13 +131,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     # markup and emoji codes off: a file name or a plugin's text is printed as it is,
     # brackets and colons included
-    out = Console(highlight=False, markup=False, emoji=False)
+    out = Console(file=sys.stdout, highlight=False, markup=False, emoji=False)
     err = Console(stderr=True, highlight=False, markup=False, emoji=False, soft_wrap=True)
     try:
-        registry = _registry(args.plugin)
-        handler = {"compile": _compile, "validate": _validate, "inspect": _inspect,
-                   "schema": _schema, "plugins": _plugins, "replay": _replay}[args.command]
-        return handler(args, registry, out, err)
+        # what plugins print goes to stderr: stdout holds only our output (a JSON report)
+        with contextlib.redirect_stdout(sys.stderr):
+            registry = _registry(args.plugin)
+            handler = {"compile": _compile, "validate": _validate, "inspect": _inspect,
+                       "schema": _schema, "plugins": _plugins, "replay": _replay}[args.command]
+            return handler(args, registry, out, err)
     except ServesimError as exc:
         from servesim.render import print_diagnostics
 
@@ -148,13 +190,13 @@ def _compile(args: argparse.Namespace, registry: EngineRegistry, out: Console,
             _write_output(output, text, "-o")
             err.print(f"wrote {shown(args.output)} (engine {shown(artifact.engine)})")
         else:
-            sys.stdout.write(text)
+            out.file.write(text)
         return EXIT_OK
     if output:  # a stage's values, as JSON: a file is for a program to read
         _write_output(output, json.dumps(data, indent=2, sort_keys=True) + "\n", "-o")
         err.print(f"wrote {shown(args.output)} (stage {args.stop_after})")
     elif args.format == "json":
-        sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        out.file.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
     elif isinstance(artifact, (ResolvedConfig, ValidatedConfig)):
         from servesim.render import resolved_tree
 
@@ -211,7 +253,7 @@ def _inspect(args: argparse.Namespace, registry: EngineRegistry, out: Console,
     resolved = compile_source(SourceText.from_path(args.config), registry=registry,
                               stop_after="validate").resolved
     if args.format == "json":
-        sys.stdout.write(json.dumps(stage_to_data(resolved), indent=2, sort_keys=True) + "\n")
+        out.file.write(json.dumps(stage_to_data(resolved), indent=2, sort_keys=True) + "\n")
     else:
         from servesim.render import resolved_tree
 
@@ -226,7 +268,7 @@ def _schema(args: argparse.Namespace, registry: EngineRegistry, out: Console,
     schema = load_schema(args.which)
     if args.which == "config":  # the options of every registered engine, plugins' included
         add_engine_options(schema, registry)
-    sys.stdout.write(json.dumps(schema, indent=2, sort_keys=True) + "\n")
+    out.file.write(json.dumps(schema, indent=2, sort_keys=True) + "\n")
     return EXIT_OK
 
 
@@ -245,7 +287,7 @@ def _plugins(args: argparse.Namespace, registry: EngineRegistry, out: Console,
                   "modes": [], "description": (f.__doc__ or "").strip().split("\n")[0],
                   **where(o)} for n, f, o in items]
     if args.format == "json":
-        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+        out.file.write(json.dumps(rows, indent=2) + "\n")
         return EXIT_OK
     from rich import box
     from rich.table import Table
@@ -297,13 +339,15 @@ def _replay(args: argparse.Namespace, registry: EngineRegistry, out: Console,
     bar = _progress(err, show_progress)
     audit = check_invariants() if args.check_invariants else contextlib.nullcontext()
     try:
-        with bar, audit:
+        with bar, audit, _deadline(args.timeout):
             outcome = replay_payload(payload, registry=registry, base_dir=base_dir,
                                      requests_out=requests_out, progress=bar.update)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         kept = f"; finished requests are in {shown(args.requests_out)}" \
             if args.requests_out else ""
-        err.print(f"interrupted at virtual time {bar.virtual_ms / 1000:.1f} s: no report "
+        why = f"stopped by --timeout {args.timeout:g}" if isinstance(exc, TimedOut) \
+            else "interrupted"
+        err.print(f"{why} at virtual time {bar.virtual_ms / 1000:.1f} s: no report "
                   f"written{kept}")
         return EXIT_INTERRUPTED
     report = outcome.report
@@ -314,10 +358,10 @@ def _replay(args: argparse.Namespace, registry: EngineRegistry, out: Console,
         try:
             _write_output(output, text, "-o")
         except ServesimError:  # the replay is done: its report goes to stdout instead
-            sys.stdout.write(text)
+            out.file.write(text)
             raise
     if args.format == "json":
-        sys.stdout.write(text)
+        out.file.write(text)
     else:
         out.print(report_summary(report, wall_time_ms=outcome.wall_time_ms))
         out.print(report_table(report))

@@ -7,6 +7,7 @@ wall time) is therefore returned beside the report, never inside it.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import hashlib
 import json
@@ -24,6 +25,7 @@ from servesim.engines.kernel.requests import RequestRecord
 from servesim.errors import Diagnostic, PayloadError, ServesimError
 from servesim.files import whole_file
 from servesim.payload import Payload, map_paths, payload_to_dict
+from servesim.plugins import checked
 from servesim.plugins.manager import EngineRegistry
 from servesim.rules import prompt_over_budget
 from servesim.timing.registry import make_timer, use_providers
@@ -116,8 +118,10 @@ def replay_payload(payload: Payload, *, registry: EngineRegistry, base_dir: Path
             message=f"no engine named {payload.engine!r} is registered (registered: "
             f"{', '.join(registry.names()) or 'none'})")])
     hook = f"{type(engine).__qualname__}.%s"  # plugin errors name the engine method
-    with registry.guard(payload.engine, hook % "validate_payload"):
-        diags = engine.validate_payload(payload)
+    source = registry.source_of(payload.engine)
+    third_party = source.kind != "builtin"  # a built-in's bookkeeping is audited instead
+    diags = registry.diagnostics(payload.engine, hook % "validate_payload",
+                                 lambda: engine.validate_payload(payload))
     if diags:
         raise PayloadError(diags)
     collector = MetricsCollector(payload.sla)
@@ -125,16 +129,23 @@ def replay_payload(payload: Payload, *, registry: EngineRegistry, base_dir: Path
     with build_workload(payload.workload, base_dir=base_dir,
                         formats=registry.trace_formats) as workload, \
             use_providers(registry.timing_providers), _fewer_collections(), \
-            registry.guard(payload.engine, hook % "replay"):
-        if requests_out is None:
-            result = engine.replay(payload, workload, collector.add, progress=progress)
-        else:  # renamed over the file when the replay ends (on Ctrl-C too: what finished)
-            with whole_file(requests_out, keep_on_interrupt=True) as f:
-                def sink(record: RequestRecord) -> None:
-                    collector.add(record)
-                    f.write(json.dumps(request_record_json(record), sort_keys=True) + "\n")
+            registry.guard(payload.engine, hook % "replay"), contextlib.ExitStack() as stack:
+        sink: Callable[[RequestRecord], None] = collector.add
+        if requests_out is not None:  # renamed over it at the end (on Ctrl-C too)
+            f = stack.enter_context(whole_file(requests_out, keep_on_interrupt=True))
 
-                result = engine.replay(payload, workload, sink, progress=progress)
+            def sink(record: RequestRecord) -> None:
+                collector.add(record)
+                f.write(json.dumps(request_record_json(record), sort_keys=True) + "\n")
+
+        if third_party:
+            ledger = checked.Ledger(source, hook % "replay", sink)
+            value = engine.replay(payload, ledger.workload(workload), ledger.sink,
+                                  progress=progress)
+            result = checked.result(source, hook % "replay", value)
+            ledger.check_complete()
+        else:
+            result = engine.replay(payload, workload, sink, progress=progress)
     wall_ms = (time.perf_counter() - started) * 1000.0
     report = collector.report(wall_time_ms=0.0, gpu_seconds=result.gpu_seconds,
                               extra={**result.extra, **provenance(payload, base_dir)})
