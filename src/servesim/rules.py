@@ -20,6 +20,7 @@ from typing import Any
 
 import attrs
 
+from servesim import limits
 from servesim.catalog import CatalogError, load_model
 from servesim.converter import check_limits, check_limits_of_field
 from servesim.errors import Diagnostic, Path
@@ -218,9 +219,22 @@ def parallelism(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
         yield _d(code, (*path, "parallelism", key), message)
 
 
+def rank_count(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
+    """The role's scheduler ranks (each with its queues and block pool) fit in a replay."""
+    if not (_in_limits(r, "replicas") and _in_limits(r, "attention_data")):
+        return  # value_limits reports it
+    ranks = r.replicas * r.attention_data
+    if ranks > limits.RANKS:
+        yield _d("out-of-range", (*path, "parallelism"),
+                 f"replicas x attention_data = {r.replicas} x {r.attention_data} = {ranks} "
+                 f"scheduler ranks, more than the {limits.RANKS} a replay holds",
+                 "lower replicas or attention_data (a replay of fewer replicas with the same "
+                 "load per replica gives the same latencies)")
+
+
 ROLE_RULES: tuple[RoleRule, ...] = (
     value_limits, backend_fields, timing_values, state_cache_geometry, prefix_match_unit,
-    speculation, parallelism,
+    speculation, parallelism, rank_count,
 )
 
 
@@ -280,6 +294,7 @@ def _pd_rules(prefill: RoleArgs, decode: RoleArgs,
     if kv_transfer is not None:
         for d in check_limits(kv_transfer, ("engine", "kv_transfer")):
             yield attrs.evolve(d, stage="validate")
+        yield from _transfer_time(decode, kv_transfer)
         # the prefill worker sends each request's state with its KV (spec §3.7)
         state = prefill.state_cache.bytes_per_request if prefill.state_cache else 0
         if kv_transfer.state_bytes != state:
@@ -305,3 +320,19 @@ def prompt_over_budget(role: RoleArgs, request_id: int, tokens: int) -> Diagnost
         "the replay would deadlock",
         hint="set enable_chunked_prefill = true, or raise scheduler.max_batched_tokens to at "
         f"least {tokens}")
+
+
+def _transfer_time(decode: RoleArgs, kv: KvTransferArgs) -> Iterator[Diagnostic]:
+    """The longest prompt's KV transfer ends within the virtual time a replay spans, where
+    times still step in fractions of a millisecond."""
+    from servesim.engines.disagg.transfer import transfer_delay_ms
+
+    tokens = decode.max_model_len or limits.TOKENS
+    longest = transfer_delay_ms(attrs.evolve(kv, timing_mode="full_prompt"), tokens, tokens)
+    if longest > limits.VIRTUAL_MS:
+        yield _d("out-of-range", ("engine", "kv_transfer", "bandwidth_gb_per_second"),
+                 f"a {tokens}-token prompt at bytes_per_token = {kv.bytes_per_token}"
+                 f"{f' plus state_bytes = {kv.state_bytes}' if kv.state_bytes else ''} takes "
+                 f"{longest:.3g} ms to cross {kv.bandwidth_gb_per_second:g} GB/s, more than "
+                 f"the {limits.VIRTUAL_MS:g} ms a replay spans",
+                 "raise bandwidth_gb_per_second, or check bytes_per_token")

@@ -276,6 +276,17 @@ ERRORS: list[tuple[list[Any], int, str]] = [
      "'input_length' must be a non-negative integer, got 7.5"),
     ([{"hash_ids": [1], "output_length": 1, "input_length": -5}], 1,
      "'input_length' must be a non-negative integer, got -5"),
+    # numbers past what a float holds, or a replay could take
+    ([{"hash_ids": [1], "output_length": 1, "input_length": 10**309}], 1,
+     "input_length " + "1" + "0" * 309 + " exceeds hash_ids capacity 512 (1 hash_ids x "
+     "block_size 512)"),
+    ([{"hash_ids": [1], "output_length": 1, "timestamp": 10**309}], 1,
+     "'timestamp' must be a number of milliseconds from 0 to 9.0072e+15, got "
+     + "1" + "0" * 56 + "..."),
+    ([{"hash_ids": [1], "output_length": 1, "session_id": "s", "timestamp": 0},
+      {"hash_ids": [1], "output_length": 1, "session_id": "s", "delay": 10**309}], 2,
+     "'delay' must be a number of milliseconds from 0 to 1e+12, got "
+     + "1" + "0" * 56 + "..."),
     ([{"hash_ids": [7, 8], "output_length": 1, "input_length": 1100}], 1,
      "input_length 1100 exceeds hash_ids capacity 1024 (2 hash_ids x block_size 512)"),
     ([{"hash_ids": [], "output_length": 1}], 1, "the prompt is empty (input_length 0)"),

@@ -328,7 +328,8 @@ class MooncakeReader:
     def _millis(self, name: str, value: Any, hi: float) -> float:
         # (a tuple, not ``int | float``: the union would be built anew on every call)
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if ok and not (math.isfinite(value) and 0 <= value <= hi):
+        # (compared as given: an integer past a float's range is no error of ours)
+        if ok and not (0 <= value <= hi and math.isfinite(value)):
             ok = False
         if not ok:
             raise self._error("trace-bad-field",
