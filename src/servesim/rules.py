@@ -219,6 +219,16 @@ def parallelism(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
         yield _d(code, (*path, "parallelism", key), message)
 
 
+def startup(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
+    """``startup_seconds`` delays workers that join during a run; a replay starts every
+    worker at t=0 and adds none, so a value would change nothing: refused, not ignored."""
+    if r.startup_seconds and _in_limits(r, "startup_seconds"):
+        yield _d("unsupported-field", (*path, "startup_seconds"),
+                 f"startup_seconds = {r.startup_seconds:g} would have no effect: it delays "
+                 "workers that join during a run, and a replay starts every worker at t=0",
+                 "remove startup_seconds")
+
+
 def rank_count(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
     """The role's scheduler ranks (each with its queues and block pool) fit in a replay."""
     if not (_in_limits(r, "replicas") and _in_limits(r, "attention_data")):
@@ -234,7 +244,7 @@ def rank_count(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
 
 ROLE_RULES: tuple[RoleRule, ...] = (
     value_limits, backend_fields, timing_values, state_cache_geometry, prefix_match_unit,
-    speculation, parallelism, rank_count,
+    speculation, parallelism, startup, rank_count,
 )
 
 

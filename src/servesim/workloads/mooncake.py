@@ -102,9 +102,16 @@ def _session_key(value: Any) -> str | None:
     return None
 
 
+MIXED = -1  # the count of a session_id written both as a number and as a string
+
+
 def count_session_rows(path: Path) -> dict[str, int]:
-    """Rows per explicit ``session_id`` (one streaming pass; malformed lines are skipped)."""
+    """Rows per explicit ``session_id`` (one streaming pass; malformed lines are skipped);
+    :data:`MIXED` for an id written both as a number and as a string (``1`` and ``"1"``),
+    which the reader refuses rather than merge two sessions."""
     counts: dict[str, int] = {}
+    numbers: set[str] = set()  # ids written as numbers (rarely mixed with strings)
+    strings: set[str] = set()
     with open(path, "rb") as f:
         for raw in f:
             if b"session_id" not in raw and b"\\u" not in raw:
@@ -117,6 +124,9 @@ def count_session_rows(path: Path) -> dict[str, int]:
                 key = _session_key(obj["session_id"])
                 if key is not None:
                     counts[key] = counts.get(key, 0) + 1
+                    (strings if isinstance(obj["session_id"], str) else numbers).add(key)
+    for key in numbers & strings:
+        counts[key] = MIXED
     return counts
 
 
@@ -413,8 +423,19 @@ class MooncakeReader:
                                   f"'session_id' must be a string or an integer, "
                                   f"got {_short(obj['session_id'])}",
                                   'write session_id as a string, e.g. "session_1"')
+            if self._session_rows.get(sid) == MIXED:
+                raise self._error("trace-bad-field",
+                                  f"session_id {sid} is written both as a number and as the "
+                                  f"string \"{sid}\": two sessions, or one?",
+                                  "write every session_id of a session the same way")
         else:
             sid = f"request_{self._line}"
+            if sid in self._session_rows:
+                raise self._error("trace-bad-field",
+                                  f"this row has no session_id, so its request is named "
+                                  f"'{sid}', which another row gives as its session_id",
+                                  "give this row a session_id of its own, or rename that "
+                                  "session")
         state = self._sessions.get(sid) if explicit else None
         if state is None:
             turn = 0
