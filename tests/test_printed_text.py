@@ -133,3 +133,13 @@ def test_any_output_name_is_echoed_on_one_line_without_control_characters(
     assert code == 0
     assert err == f"wrote {shown(name)} (engine vllm)\n"
     assert err.count("\n") == 1 and "\x1b" not in err and "\r" not in err
+
+
+def test_a_stage_printed_as_text_shows_control_characters_escaped(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    Path("k.toml").write_text(CONFIG.replace('model = "Qwen/Qwen3-32B"',
+                                             'model = "Qwen\\u009b2J\\u202e"'), encoding="utf-8")
+    code, out, _ = run(capsys, "compile", "k.toml", "--stop-after", "parse", "--format", "text")
+    assert code == 0
+    assert '"model": "Qwen\\u009b2J\\u202e"' in out
+    assert "\x9b" not in out and "\u202e" not in out

@@ -203,7 +203,7 @@ def _compile(args: argparse.Namespace, registry: EngineRegistry, out: Console,
         resolved = artifact.resolved if isinstance(artifact, ValidatedConfig) else artifact
         out.print(resolved_tree(resolved))
     else:
-        out.print_json(data=data)
+        out.print_json(data=data, ensure_ascii=True)  # no control character is shown raw
     return EXIT_OK
 
 
