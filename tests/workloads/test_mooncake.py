@@ -506,3 +506,20 @@ def test_a_gzip_compressed_trace_is_named_as_such(tmp_path: Path) -> None:
     (d,) = info.value.diagnostics
     assert (d.location, d.message) == ("trace.jsonl.gz:1", "the file is gzip-compressed")
     assert d.hint == "decompress it (gunzip) and name the .jsonl file"
+
+
+def test_a_line_past_the_limit_is_refused_without_being_held(tmp_path: Path) -> None:
+    from servesim.workloads.mooncake import MAX_LINE_BYTES, validate_trace
+
+    path = tmp_path / "t.jsonl"
+    row = b'{"timestamp": 0, "input_length": 20, "output_length": 3, "hash_ids": [1]}\n'
+    with open(path, "wb") as f:
+        f.write(row)
+        f.write(b" " * (MAX_LINE_BYTES + 10) + b"\n")
+        f.write(row.replace(b'"timestamp": 0', b'"timestamp": "x"'))
+    assert [d.render() for d in validate_trace(path, block_size=512, display="t.jsonl")] == [
+        f"t.jsonl:2: the line is over {MAX_LINE_BYTES} bytes [trace-bad-row]\n  hint: split "
+        "the row, or use a larger traffic.source.block_size (fewer hash ids)",
+        "t.jsonl:3: 'timestamp' must be a number of milliseconds from 0 to 9.0072e+15, got "
+        "'x' [trace-bad-field]\n  hint: set 'timestamp' to a number of milliseconds in that "
+        "range"]

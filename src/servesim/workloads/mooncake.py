@@ -102,7 +102,19 @@ def _session_key(value: Any) -> str | None:
     return None
 
 
+MAX_LINE_BYTES = 64 * 1024 * 1024  # a row of millions of hash ids; a longer one is refused
 MIXED = -1  # the count of a session_id written both as a number and as a string
+
+
+def read_line(f: IO[bytes]) -> bytes | None:
+    """The next line of ``f`` (``b""`` at the end), or ``None`` for a line over
+    :data:`MAX_LINE_BYTES`, which is skipped to its end without being held in memory."""
+    raw = f.readline(MAX_LINE_BYTES + 1)
+    if len(raw) <= MAX_LINE_BYTES:
+        return raw
+    while raw and not raw.endswith(b"\n"):
+        raw = f.readline(1 << 20)
+    return None
 
 
 def count_session_rows(path: Path) -> dict[str, int]:
@@ -113,8 +125,8 @@ def count_session_rows(path: Path) -> dict[str, int]:
     numbers: set[str] = set()  # ids written as numbers (rarely mixed with strings)
     strings: set[str] = set()
     with open(path, "rb") as f:
-        for raw in f:
-            if b"session_id" not in raw and b"\\u" not in raw:
+        while (raw := read_line(f)) != b"":
+            if raw is None or (b"session_id" not in raw and b"\\u" not in raw):
                 continue
             try:
                 obj = json.loads(raw.decode("utf-8-sig"))
@@ -271,7 +283,12 @@ class MooncakeReader:
                 raise WorkloadError([Diagnostic(
                     code="trace-unreadable", message=f"cannot read trace: {exc.strerror}",
                     location=self._display, hint=TRACE_HINT)]) from exc
-        raw = self._file.readline()
+        raw = read_line(self._file)
+        if raw is None:
+            self._line += 1
+            raise self._error("trace-bad-row", f"the line is over {MAX_LINE_BYTES} bytes",
+                              "split the row, or use a larger traffic.source.block_size (fewer "
+                              "hash ids)")
         if not raw:
             empty = self._data_lines == 0
             line = max(self._line, 1)
