@@ -16,6 +16,7 @@ import math
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -108,8 +109,9 @@ class TimedOut(KeyboardInterrupt):
 @contextlib.contextmanager
 def _deadline(seconds: float | None) -> Iterator[None]:
     """Raise :class:`TimedOut` in the main thread after ``seconds`` of wall-clock time."""
-    if seconds is None or not hasattr(signal, "setitimer"):
-        yield
+    if seconds is None or not hasattr(signal, "setitimer") \
+            or threading.current_thread() is not threading.main_thread():
+        yield  # (a signal handler is the main thread's: elsewhere no limit can be set)
         return
 
     def alarm(signum: int, frame: object) -> None:
