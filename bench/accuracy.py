@@ -1,19 +1,24 @@
-"""Accuracy of the default (analytical) timing against measured serving runs.
+"""Accuracy of servesim's timing against measured serving runs.
 
     .venv/bin/python bench/accuracy.py                 # deterministic subsample, a few minutes
     .venv/bin/python bench/accuracy.py --limit 0       # every row (10 min on 2 cores, compiled)
     .venv/bin/python bench/accuracy.py --rows          # also print every row's errors
-    .venv/bin/python bench/accuracy.py --data bench/data/unfitted_gpus.csv --rows
-                                                       # H200 rows, a GPU not fitted on
+    .venv/bin/python bench/accuracy.py --data bench/data/validation_gpus.csv --limit 0
+                                                       # H200, B300, GB300: GPUs not fitted on
+    .venv/bin/python bench/accuracy.py --provider measured ...
+                                                       # the measured kernel tables instead
+    .venv/bin/python bench/accuracy.py --gpu b200_sxm --constants b200_out.json
+                                                       # leave-one-GPU-out (bench/fit_timing.py)
 
-Each row of bench/data/silicon_dev.csv is replayed the way it was measured
-(``calib.replay``): ``concurrency`` clients start together and re-send as soon as a
-request completes, ``--waves`` x concurrency requests in all (fewer when that exceeds
-``--max-tokens`` output tokens, at least one wave), through the vLLM engine
-(``servesim.engines.vllm``) priced by the analytical timer with the row's model, GPU,
-parallelism and weight precision, whose front-end latency delays each request's admission
-as in ``servesim replay``. TTFT and TPOT are means over every request, the first wave
-weighed as one of ``--waves`` (``calib.shares``).
+Each row of bench/data/silicon_dev.csv is replayed through the config a user would write
+for it (``calib.config``: the row's model, GPU, backend, precision and parallelism, the
+stack's public defaults, a closed loop of ``concurrency`` clients with output lengths
+spread by ``traffic.source.output_range_ratio``), compiled and replayed as ``servesim
+replay`` does: ``--waves`` x concurrency requests in all (fewer when that exceeds
+``--max-tokens`` output tokens, at least one wave), priced by ``--provider`` (the default
+timing with the shipped or ``--constants`` constants, or the measured kernel tables),
+whose front-end latency delays each request's admission. TTFT and TPOT are means over
+every request, as the benchmark client reports them.
 
 P/D (disaggregated) rows are replayed the same way through the disaggregated engine:
 ``prefill_num_workers`` and ``decode_num_workers`` workers of their own parallelism, the
@@ -40,6 +45,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import functools
+import json
 import os
 import sys
 import time
@@ -50,6 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import calib
 
+from servesim.errors import ServesimError
 from servesim.timing.analytical import AnalyticalConstants, load_constants
 
 
@@ -64,16 +71,17 @@ def _bias(errors: list[float]) -> float:
 
 
 def _replay(row: calib.Row, *, constants: AnalyticalConstants, max_tokens: int,
-            waves: int) -> calib.Result | str:
+            waves: int, provider: str) -> calib.Result | str:
     """One row's replay, or why it could not be simulated."""
     try:
-        s = calib.setup(row, max_tokens=max_tokens, waves=waves)
+        s = calib.setup(row, max_tokens=max_tokens, waves=waves, timing=provider)
     except calib.Unsupported as exc:
         return str(exc).split(":")[0][:90]
     try:
-        return calib.replay(s, constants)
-    except calib.Unsupported as exc:
-        return str(exc)
+        # the default timing with the constants asked for; other providers as configured
+        return calib.replay(s, constants if provider == "default" else None)
+    except (calib.Unsupported, ServesimError) as exc:
+        return str(exc).split(":")[0][:90]
 
 
 def main() -> int:
@@ -91,10 +99,20 @@ def main() -> int:
                     help="measurements in the calibration CSV's columns (default: the "
                          "calibration rows; bench/data/unfitted_gpus.csv holds rows of a GPU "
                          "the constants were not fitted on)")
+    ap.add_argument("--provider", choices=("default", "measured"), default="default",
+                    help="timing.type of the replayed configs (measured: the kernel tables "
+                         "of the optional aiconfigurator-core package)")
+    ap.add_argument("--constants", type=Path, default=None,
+                    help="the default timing's constants from this JSON file (as "
+                         "bench/fit_timing.py writes them; default: the shipped ones)")
+    ap.add_argument("--gpu", metavar="SYSTEM", default=None,
+                    help="only the rows of this GPU (with --constants from bench/fit_timing.py "
+                         "--leave-out-gpu SYSTEM: the GPU the fit did not see)")
     args = ap.parse_args()
 
-    constants = load_constants()
-    all_rows = calib.load_rows(args.data)
+    constants = load_constants() if args.constants is None else \
+        AnalyticalConstants.from_json(json.loads(args.constants.read_text(encoding="utf-8")))
+    all_rows = [r for r in calib.load_rows(args.data) if args.gpu in (None, r.system)]
     rows = calib.sample(all_rows, args.limit or None)
     started = time.perf_counter()
     skipped: Counter[str] = Counter()
@@ -108,7 +126,7 @@ def main() -> int:
         print(f"{'TTFT meas':>10} {'pred':>9} {'err%':>7} "
               f"{'TPOT meas':>10} {'pred':>8} {'err%':>7}  row")
     replay = functools.partial(_replay, constants=constants, max_tokens=args.max_tokens,
-                               waves=args.waves)
+                               waves=args.waves, provider=args.provider)
     with concurrent.futures.ProcessPoolExecutor(args.jobs) as pool:
         outcomes = list(pool.map(replay, rows, chunksize=4))
     for row, res in zip(rows, outcomes, strict=True):

@@ -1,24 +1,24 @@
 """Shared by bench/accuracy.py and bench/fit_timing.py: calibration rows -> replays.
 
 A row of ``bench/data/silicon_dev.csv`` is one measured closed-loop benchmark: fixed
-ISL/OSL prompts, ``concurrency`` requests in flight, mean TTFT and TPOT. This module turns
-an aggregated row into the engine's :class:`RoleArgs`, an analytical step-time geometry
-with the row's weight precision, and a closed-loop synthetic workload, and replays it
-through the vLLM engine.
+ISL/OSL prompts, ``concurrency`` requests in flight, mean TTFT and TPOT. Each row is
+replayed through the config a user would write for it (:func:`config`: the deployment
+from the row's columns, the benchmark as a ``concurrency`` load of a synthetic source),
+compiled as ``servesim replay`` compiles it, so the accuracy reported is the accuracy a
+user gets: no rule of the replay depends on a row's source, version or GPU.
 
-How a row was measured (:class:`BenchmarkLoop`): ``concurrency`` clients start together,
-each re-sends as soon as its request completes, ``WAVES x concurrency`` requests in all,
-and TTFT / TPOT are means over every request (the first wave, whose prompts all queue at
-once, included; a replay cut to fewer waves by its token budget weighs that wave as one
-of ``WAVES``, :func:`shares`). The engine admits each request after the front end's latency
+How a row was measured: ``concurrency`` clients start together and each re-sends as soon
+as its request completes, every request measured; TTFT / TPOT are means over them all.
+The replay sends ``WAVES x concurrency`` requests (fewer above ``MAX_TOKENS`` output
+tokens). The engine admits each request after the front end's latency
 (:meth:`AnalyticalTimer.request_ms`), as ``servesim replay`` does.
 
 Recording: in this closed loop the engine's schedule (which requests are in which pass,
-with which token counts) does not depend on the pass durations: requests arrive during
-the first pass or when another one finishes, i.e. at a pass end, and reach the scheduler
-once the next pass has started. So one replay records every pass (the timer calls of
-each rank) and which passes carry each request's arrival, first and last token; re-pricing
-the recorded passes with any timer then gives the TPOT that a replay with that timer would
+with which token counts) does not depend on the pass durations: requests arrive at the
+start or when another one finishes, i.e. at a pass end, and reach the scheduler once the
+next pass has started. So one replay records every pass (the timer calls of each rank)
+and which passes carry each request's arrival, first and last token; re-pricing the
+recorded passes with any timer then gives the TPOT that a replay with that timer would
 give, and its TTFT up to the front end's latency: re-pricing adds that latency to the pass
 the request waits for, while in a replay the two overlap. The fit uses this to evaluate
 thousands of constant sets without re-running the engine.
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import bisect
 import csv
+import json
 import math
 import re
 import zlib
@@ -35,29 +36,21 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import attrs
-
-from servesim.catalog import CatalogError, GpuSpec, ModelInfo, load_gpu, load_model
+from servesim.catalog import CatalogError, load_gpu, load_model
+from servesim.compiler import compile_text
 from servesim.engines.disagg.engine import DisaggReplay
-from servesim.engines.kernel.requests import RequestRecord, RequestSpec
+from servesim.engines.kernel.requests import RequestRecord
 from servesim.engines.vllm import AggregatedReplay
 from servesim.errors import ServesimError
-from servesim.geometry import (
-    WEIGHT_QUANT,
-    GeometryError,
-    default_kv_blocks,
-    default_token_budget,
-    kv_bytes_per_token,
-)
-from servesim.payload import KvTransferArgs, RoleArgs
+from servesim.payload import Payload, RoleArgs
+from servesim.timing import StepTimer, make_timer
 from servesim.timing.analytical import (
     AnalyticalConstants,
     AnalyticalTimer,
     StepGeometry,
-    build_geometry,
+    timer_from_role,
 )
-from servesim.workloads.spec import SyntheticSource
-from servesim.workloads.synthetic import SyntheticRequest
+from servesim.workloads import build_workload
 
 DATA = Path(__file__).resolve().parent / "data" / "silicon_dev.csv"
 
@@ -87,14 +80,11 @@ MEMORY_FRACTION = {"vllm": 0.9, "sglang": 0.88, "trtllm": 0.9}
 ADP_BALANCE = {"attention_dp_balance": True, "attention_dp_timeout_iters": 60,
                "attention_dp_batching_wait_iters": 0, "attention_dp_placement": "least_loaded"}
 
-# The benchmark client: requests per client (all measured), the gap between the clients'
-# first sends (small: the first request starts a pass alone, the others join the next one)
-# and a spread of the output lengths around OSL. Every measured request stopped at OSL
-# tokens, yet on most stacks the clients drift apart after the first wave; the spread
-# stands in for that drift, except where the row's clients stay in lockstep
-# (:func:`lockstep`).
+# The benchmark client: requests per client (all measured) and the spread of the output
+# lengths around OSL (traffic.source.output_range_ratio). Every measured request stopped at
+# OSL tokens, yet the clients drift apart after the first wave; the spread stands in for
+# that drift.
 WAVES = 6
-SEND_GAP_MS = 1e-6
 OSL_SPREAD = 0.2
 MAX_TOKENS = 4_000_000  # output tokens of one row's replay; fewer waves above that
 
@@ -345,56 +335,61 @@ class Unsupported(Exception):
 
 @dataclass
 class Setup:
+    """An aggregated row: its config, the compiled worker role and its analytical geometry."""
+
     row: Row
+    config: str
+    payload: Payload
     role: RoleArgs
     geometry: StepGeometry
-    requests: int
-    waves: int  # the waves the replay stands for (see :func:`shares`)
 
 
 @dataclass
 class PdSetup:
-    """A P/D row: both pools' roles and geometries and the KV link between them."""
+    """A P/D row: its config, both pools' roles and geometries."""
 
     row: Row
+    config: str
+    payload: Payload
     prefill: RoleArgs
     decode: RoleArgs
     prefill_geometry: StepGeometry
     decode_geometry: StepGeometry
-    kv: KvTransferArgs
-    requests: int
-    waves: int
 
 
-def setup(row: Row, *, max_tokens: int, waves: int = WAVES) -> Setup | PdSetup:
-    """Roles, geometries and request count for one row (or :class:`Unsupported`)."""
+def setup(row: Row, *, max_tokens: int, waves: int = WAVES,
+          timing: str = "default") -> Setup | PdSetup:
+    """The row's config (:func:`config`) compiled, as ``servesim replay`` compiles it (or
+    :class:`Unsupported`)."""
     if row.concurrency < 1:
         raise Unsupported(row.load_problem or "no concurrency recorded")
     if row.excluded:
         raise Unsupported(row.excluded)
-    n = _requests(row, max_tokens, waves)
-    if row.mode == "agg":
-        par = {"workers": 1, "tp": row.tp, "dp": row.dp, "moe_tp": row.moe_tp,
-               "moe_ep": row.moe_ep}
-        role, geometry, _ = _worker(row, "aggregated", par, row.concurrency)
-        return Setup(row=row, role=role, geometry=geometry, requests=n, waves=waves)
-    if not row.pools:
+    if row.mode != "agg" and not row.pools:
         raise Unsupported(f"mode {row.mode!r} is not replayed")
-    if not all(par["workers"] for par in row.pools.values()):
+    if row.mode != "agg" and not all(par["workers"] for par in row.pools.values()):
         # Most P/D sources leave the worker counts empty. The deployment behind them is
         # unknown (one prefill worker cannot sustain their measured TTFT at high
         # concurrency), so such rows are not replayed rather than guessed.
         raise Unsupported("P/D worker counts not recorded")
-    pools = {pool: _worker(row, pool, par, math.ceil(row.concurrency / par["workers"]))
-             for pool, par in row.pools.items()}
-    (prefill, pgeo, kv_bpt), (decode, dgeo, _) = pools["prefill"], pools["decode"]
-    # The KV of a prompt crosses the GPUs' scale-out links (NVLink within a GB200 rack),
-    # one link per GPU of the smaller of the two workers.
-    gpus = min(prefill.tensor * prefill.attention_data, decode.tensor * decode.attention_data)
-    link = load_gpu(row.system).inter_node_bw * gpus / 1e9
-    kv = KvTransferArgs(bytes_per_token=kv_bpt, bandwidth_gb_per_second=link)
-    return PdSetup(row=row, prefill=prefill, decode=decode, prefill_geometry=pgeo,
-                   decode_geometry=dgeo, kv=kv, requests=n, waves=waves)
+    try:
+        text = config(row, requests=_requests(row, max_tokens, waves), timing=timing)
+        payload = compile_text(text, name=f"{row.id}.toml")
+    except CatalogError as exc:
+        raise Unsupported(f"not in the catalog: {exc}") from None
+    except ServesimError as exc:
+        raise Unsupported(exc.diagnostics[0].message) from None
+    try:
+        geometries = {name: timer_from_role(role).geometry
+                      for name, role in payload.roles.items()}
+    except ServesimError as exc:
+        raise Unsupported(exc.diagnostics[0].message) from None
+    if row.mode == "agg":
+        return Setup(row=row, config=text, payload=payload,
+                     role=payload.roles["aggregated"], geometry=geometries["aggregated"])
+    return PdSetup(row=row, config=text, payload=payload, prefill=payload.roles["prefill"],
+                   decode=payload.roles["decode"], prefill_geometry=geometries["prefill"],
+                   decode_geometry=geometries["decode"])
 
 
 def _requests(row: Row, max_tokens: int, waves: int) -> int:
@@ -408,133 +403,85 @@ def _requests(row: Row, max_tokens: int, waves: int) -> int:
     return n
 
 
-def fp8_kv_cache(backend: str, gemm: str | None, model: ModelInfo, gpu: GpuSpec) -> bool:
-    """Whether a row's deployment ran an FP8 KV cache; the CSV does not say (see
-    bench/data/README.md). NVFP4 checkpoints carry FP8 KV-cache scales and every stack
-    uses them. FP8 checkpoints run one under TensorRT-LLM and SGLang, and under vLLM on
-    Blackwell (GPUs with FP4 tensor cores); vLLM on Hopper keeps its default, the model
-    dtype. TensorRT-LLM runs one for gpt-oss (MXFP4 experts). With the model dtype those
-    rows could not hold their measured load."""
-    if gemm in ("nvfp4", "fp4"):
-        return True
-    if gemm in ("fp8", "fp8_block"):
-        return backend in ("trtllm", "sglang") or bool(gpu.fp4_flops)
-    return backend == "trtllm" and model.weight_quant == "mxfp4"
+# The row's weight precision as the config names it: the GEMM and expert modes the
+# measurements record ("" and int4_wo: the checkpoint's own, which the catalog reads).
+CONFIG_QUANT = {"fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4"}
 
 
-def _worker(row: Row, worker_type: str, par: dict[str, int],
-            concurrency: int) -> tuple[RoleArgs, StepGeometry, int]:
-    """Role (``par["workers"]`` replicas), analytical geometry and KV bytes per token of
-    one kind of worker of ``row`` serving ``concurrency`` clients each."""
-    name = MODEL_ALIASES.get(row.model, row.model)
-    try:
-        model = load_model(name)
-        gpu = load_gpu(row.system)
-    except CatalogError as exc:
-        raise Unsupported(f"not in the catalog: {exc}") from None
-    gemm = row.gemm_quant or None
-    moe = row.moe_quant or None
+def _toml(value: object) -> str:
+    return json.dumps(value) if isinstance(value, str) else str(value).lower() \
+        if isinstance(value, bool) else str(value)
+
+
+def _table(name: str, values: dict[str, object]) -> str:
+    lines = [f"[{name}]", *(f"{k} = {_toml(v)}" for k, v in values.items() if v is not None)]
+    return "\n".join(lines) + "\n"
+
+
+def config(row: Row, *, requests: int, timing: str = "default") -> str:
+    """The TOML a user would write for the deployment and benchmark of ``row``.
+
+    Everything in it comes from the row's columns and the measured stacks' public
+    defaults (block size, batch limit and memory fraction per backend, TensorRT-LLM's
+    attention-DP balance), one rule for every row:
+
+    - the weights run at the row's GEMM and expert precision, and a deployment whose
+      weights are quantised to FP8 or FP4 runs an FP8 KV cache (the CSV does not record the
+      KV cache's precision);
+    - the client is a closed loop of ``concurrency`` clients, ``requests`` requests in all,
+      every one measured, with output lengths spread by ``output_range_ratio``
+      :data:`OSL_SPREAD` (the clients of these benchmarks drift apart after the first wave);
+    - a P/D row's KV cache crosses the GPUs' scale-out links (NVLink within a GB200 rack):
+      one link per GPU of the smaller of the two workers.
+    """
+    model = load_model(MODEL_ALIASES.get(row.model, row.model))
+    gemm = CONFIG_QUANT.get(row.gemm_quant)
+    moe = CONFIG_QUANT.get(row.moe_quant) if model.is_moe else None
     if model.weight_quant == "mxfp4":
         gemm = moe = None  # gpt-oss: bf16 attention + MXFP4 experts, whatever the label
+    quantised = (gemm or "") in ("fp8", "fp8_block", "nvfp4")
+    engine: dict[str, object] = {
+        "model": model.name, "hardware": row.system, "backend": row.backend,
+        "gemm_quant_mode": gemm, "moe_quant_mode": moe,
+        "kvcache_quant_mode": "fp8" if quantised else None}
+    pools = ({"aggregated": {"workers": 1, "tp": row.tp, "dp": row.dp, "moe_tp": row.moe_tp,
+                             "moe_ep": row.moe_ep}} if row.mode == "agg" else row.pools)
+    if row.mode != "agg":
+        engine["mode"] = "disaggregated"
+    text = _table("engine", engine)
+    for name, par in pools.items():
+        clients = math.ceil(row.concurrency / par["workers"])
+        text += _worker(row, name, par, clients, model.is_moe, timing)
+    if row.mode != "agg":
+        gpus = min(p["tp"] * p["dp"] for p in row.pools.values())
+        link = load_gpu(row.system).inter_node_bw * gpus / 1e9
+        text += _table("engine.kv_transfer", {"bandwidth_gb_per_second": round(link, 3)})
+    text += _table("traffic.source", {
+        "type": "synthetic", "input_tokens": row.isl, "output_tokens": row.osl,
+        "output_range_ratio": OSL_SPREAD})
+    text += _table("traffic.load", {"type": "concurrency", "concurrency": row.concurrency})
+    text += _table("traffic.stop", {"requests": requests})
+    return text
+
+
+def _worker(row: Row, name: str, par: dict[str, int], clients: int, moe: bool,
+            timing: str) -> str:
+    """The tables of one worker role serving ``clients`` clients each."""
     backend = row.backend
-    tp, dp = par["tp"], par["dp"]
-    moe_tp = par["moe_tp"] if model.is_moe else 1
-    moe_ep = par["moe_ep"] if model.is_moe else 1
-    kv_dtype = 1 if fp8_kv_cache(backend, gemm, model, gpu) else model.dtype_bytes
-    try:
-        kv_bpt, _ = kv_bytes_per_token(model, tensor=tp, pipeline=1, kv_dtype_bytes=kv_dtype)
-        geometry = build_geometry(
-            model, gpu, backend=backend, tensor=tp, attention_data=dp,
-            moe_tensor=moe_tp, moe_expert=moe_ep,
-            kv_bytes_per_token=kv_bpt, gemm_quant=gemm, moe_quant=moe)
-        wbytes = WEIGHT_QUANT[gemm][0] if gemm in WEIGHT_QUANT else None
-        budget = default_token_budget(backend, dp)
-        blocks, _, _ = default_kv_blocks(
-            model, gpu, backend=backend, tensor=tp, pipeline=1,  # type: ignore[arg-type]
-            moe_tensor=moe_tp, moe_expert=moe_ep,
-            max_batched_tokens=budget, memory_fraction=MEMORY_FRACTION[backend],
-            kv_bytes_per_token=kv_bpt, block_size=BLOCK_SIZE[backend],
-            weight_dtype_bytes=wbytes)
-    except (GeometryError, ServesimError) as exc:
-        raise Unsupported(str(exc).splitlines()[0]) from None
-    per_rank = math.ceil(concurrency / dp)
-    role = RoleArgs(
-        worker_type=worker_type, backend=backend, model=name,  # type: ignore[arg-type]
-        hardware=row.system, replicas=par["workers"], tensor=tp, attention_data=dp,
-        moe_tensor=moe_tp, moe_expert=moe_ep,
-        max_batched_tokens=budget,
-        max_sequences=min(MAX_SEQS[backend], max(per_rank, 1)),
-        block_size=BLOCK_SIZE[backend], kv_bytes_per_token=kv_bpt, num_gpu_blocks=blocks,
-        **(ADP_BALANCE if backend == "trtllm" else {}))
-    return role, geometry, kv_bpt
-
-
-class BenchmarkLoop:
-    """The client of a calibration benchmark: ``concurrency`` clients start together and
-    each sends its next request as soon as its previous one completes, ``total`` requests
-    in all, every one of them measured.
-
-    "Together" is one after another, :data:`SEND_GAP_MS` apart: the first request finds
-    the engine idle and starts a pass alone, the others arrive while it runs, as on a
-    real server; the first wave's prompts queue behind each other. Output lengths are
-    spread uniformly over ``osl * (1 +- spread)`` (a fixed pseudo-random sequence, mean
-    ``osl``), so the clients drift apart instead of staying in lockstep; ``spread=0``
-    sends exactly ``osl`` output tokens per request.
-    """
-
-    def __init__(self, isl: int, osl: int, concurrency: int, total: int,
-                 spread: float = OSL_SPREAD) -> None:
-        self.src = SyntheticSource(input_tokens=isl, output_tokens=osl)
-        self.concurrency = concurrency
-        self.total = total
-        self.spread = spread
-        self.next_id = 0
-
-    @property
-    def max_time_ms(self) -> float | None:
-        return None
-
-    def _spec(self, arrival: float) -> RequestSpec:
-        i = self.next_id
-        spec = SyntheticRequest(self.src, i).first_turn(arrival)
-        self.next_id += 1
-        u = ((i * 2654435761) % 4294967296) / 4294967296.0  # Knuth's multiplicative hash
-        osl = self.src.output_tokens
-        out = max(1, round(osl * (1 + self.spread * (2 * u - 1))))
-        return attrs.evolve(spec, output_length=out)
-
-    def start(self) -> Iterator[RequestSpec]:
-        self.next_id = 0
-        for i in range(min(self.concurrency, self.total)):
-            yield self._spec(i * SEND_GAP_MS)
-
-    def on_terminal(self, request: object, time_ms: float) -> list[RequestSpec]:
-        if self.next_id >= self.total:
-            return []
-        return [self._spec(time_ms)]
-
-
-def lockstep(row: Row) -> bool:
-    """Whether the row's clients stay in lockstep: every request stops at exactly OSL
-    tokens, so a wave's requests finish in one decode pass and re-send together.
-
-    The fixed-length benchmark does that on every stack; whether it lasts is the
-    engine's doing. An SGLang release runs a wave's prompts in extend passes that stall
-    decoding, so the wave decodes, finishes and re-sends as one, and the measured TTFT
-    grows by about one prompt's prefill per client (DeepSeek-R1 FP8 TP8 1024x1024 on
-    B200: 207 ms at c4, 799 ms at c64, 3,072 ms at c512). The rows of SGLang nightly
-    builds, vLLM and TensorRT-LLM grow far less, as clients that drift apart do; those
-    are replayed with output lengths spread by :data:`OSL_SPREAD`. (Replayed with exact
-    lengths, the vLLM rows' TTFT MAPE is 18-156% per vLLM version, against 12-29% with
-    spread lengths: vLLM's chunked prefill splits a wave into groups that then stay
-    together.)
-    """
-    return row.backend == "sglang" and not row.version.startswith("nightly")
-
-
-def workload(s: Setup | PdSetup) -> BenchmarkLoop:
-    spread = 0.0 if lockstep(s.row) else OSL_SPREAD
-    return BenchmarkLoop(s.row.isl, s.row.osl, s.row.concurrency, s.requests, spread)
+    w = f"engine.workers.{name}"
+    per_rank = math.ceil(clients / par["dp"])
+    scheduler: dict[str, object] = {"max_sequences": min(MAX_SEQS[backend], max(per_rank, 1))}
+    if backend == "trtllm":
+        scheduler.update(ADP_BALANCE)
+    return (_table(f"{w}.parallelism", {
+                "replicas": par["workers"], "tensor": par["tp"], "attention_data": par["dp"],
+                "moe_tensor": par["moe_tp"] if moe else None,
+                "moe_expert": par["moe_ep"] if moe else None})
+            + _table(f"{w}.scheduler", scheduler)
+            + _table(f"{w}.kv_cache", {"block_size": BLOCK_SIZE[backend]})
+            + _table(f"{w}.kv_cache.capacity", {"type": "default",
+                                                "memory_fraction": MEMORY_FRACTION[backend]})
+            + _table(f"{w}.timing", {"type": timing}))
 
 
 @dataclass
@@ -544,51 +491,39 @@ class Result:
     completed: int
 
 
-def shares(done: Sequence[RequestRecord], concurrency: int, waves: int) -> list[float]:
-    """Each request's share of a mean over ``done``: the first wave (the first
-    ``concurrency`` requests sent), whose prompts all queue at once, holds ``1 / waves`` of
-    it and the later requests the rest, as over a closed loop of ``waves`` waves.
-
-    Over such a replay every share is the same. A replay the output-token budget cut to
-    fewer waves (long OSL at high concurrency) would otherwise let its first wave weigh
-    up to half of the mean TTFT instead of a sixth.
-    """
-    first = sum(1 for r in done if r.request_id < concurrency)
-    later = len(done) - first
-    if not first or not later:
-        return [1.0 / len(done)] * len(done)
-    a = 1.0 / (waves * first)
-    b = (1.0 - 1.0 / waves) / later
-    return [a if r.request_id < concurrency else b for r in done]
-
-
-def summarize(records: list[RequestRecord], concurrency: int, waves: int) -> Result:
-    """Mean TTFT and mean TPOT over the completed requests, weighted by :func:`shares`,
-    TPOT being ``(last token - first token) / (output tokens - 1)``."""
+def summarize(records: list[RequestRecord]) -> Result:
+    """Mean TTFT and mean TPOT over the completed requests, TPOT being
+    ``(last token - first token) / (output tokens - 1)``: what the benchmark client
+    reports."""
     done = [r for r in records if r.status == "completed" and r.output_length > 0]
     if not done:
         raise Unsupported("no request completed in the replay")
-    ttft = math.fsum(w * (r.token_times[0] - r.arrival_ms)
-                     for w, r in zip(shares(done, concurrency, waves), done, strict=True))
+    ttft = math.fsum(r.token_times[0] - r.arrival_ms for r in done) / len(done)
     multi = [r for r in done if r.output_length > 1]
-    tpot = math.fsum(w * (r.token_times[-1] - r.token_times[0]) / (r.output_length - 1)
-                     for w, r in zip(shares(multi, concurrency, waves), multi, strict=True)
-                     ) if multi else 0.0
+    tpot = math.fsum((r.token_times[-1] - r.token_times[0]) / (r.output_length - 1)
+                     for r in multi) / len(multi) if multi else 0.0
     return Result(ttft, tpot, len(done))
 
 
-def replay(s: Setup | PdSetup, constants: AnalyticalConstants) -> Result:
-    """Replay one row through the engine with the analytical timer, as it was measured
-    (P/D rows through the disaggregated engine)."""
+def replay(s: Setup | PdSetup, constants: AnalyticalConstants | None = None) -> Result:
+    """Replay one row's config with its own timing, or with the analytical timer of
+    ``constants`` (P/D rows through the disaggregated engine)."""
     records: list[RequestRecord] = []
-    if isinstance(s, PdSetup):
-        DisaggReplay(s.prefill, s.decode, s.kv, workload(s), records.append,
-                     prefill_timer=AnalyticalTimer(s.prefill_geometry, constants),
-                     decode_timer=AnalyticalTimer(s.decode_geometry, constants)).run()
-        return summarize(records, s.row.concurrency, s.waves)
-    timer = AnalyticalTimer(s.geometry, constants)
-    AggregatedReplay(s.role, timer, workload(s), records.append, None).run()
-    return summarize(records, s.row.concurrency, s.waves)
+
+    def timer(role: RoleArgs, geometry: StepGeometry) -> StepTimer:
+        if constants is None:
+            return make_timer(role)
+        return AnalyticalTimer(geometry, constants)
+
+    with build_workload(s.payload.workload) as workload:
+        if isinstance(s, PdSetup):
+            DisaggReplay(s.prefill, s.decode, s.payload.kv_transfer, workload, records.append,
+                         prefill_timer=timer(s.prefill, s.prefill_geometry),
+                         decode_timer=timer(s.decode, s.decode_geometry)).run()
+        else:
+            AggregatedReplay(s.role, timer(s.role, s.geometry), workload, records.append,
+                             None).run()
+    return summarize(records)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -748,12 +683,13 @@ def record(s: Setup | PdSetup) -> Recording:
 
     # The reference stepwise replay prices every pass once, when it starts; each rank
     # gets a recorder of its own so that a pass's calls are kept per rank.
-    run = AggregatedReplay(s.role, _Recorder(lambda: run.now, pass_at), workload(s),
-                           records.append, None, bulk_decode=False)
-    for worker in run.workers:
-        for rank in worker.ranks:
-            rank.timer = _Recorder(lambda: run.now, pass_at)
-    run.run()
+    with build_workload(s.payload.workload) as workload:
+        run = AggregatedReplay(s.role, _Recorder(lambda: run.now, pass_at), workload,
+                               records.append, None, bulk_decode=False)
+        for worker in run.workers:
+            for rank in worker.ranks:
+                rank.timer = _Recorder(lambda: run.now, pass_at)
+        run.run()
     # pass end times under the recorder's unit prices (one worker: passes in turn)
     ends = [now + max((float(len(calls)) for calls in ranks), default=0.0)
             for now, ranks in zip(starts, passes, strict=True)]
@@ -764,14 +700,15 @@ def record(s: Setup | PdSetup) -> Recording:
     done = [r for r in records if r.status == "completed" and r.output_length > 0]
     if not done:
         raise Unsupported("no request completed in the replay")
-    for r, share in zip(done, shares(done, s.row.concurrency, s.waves), strict=True):
+    share = 1.0 / len(done)  # means over every completed request
+    for r in done:
         f = index[r.token_times[0]]
         a = bisect.bisect_right(ends, r.arrival_ms)  # the first pass to end after arrival
         dt[a] += share  # passes a..f count towards this request's TTFT
         dt[f + 1] -= share
     multi = [r for r in done if r.output_length > 1]
-    for r, share in zip(multi, shares(multi, s.row.concurrency, s.waves), strict=True):
-        w = share / (r.output_length - 1)  # passes f+1..last count towards its TPOT
+    for r in multi:
+        w = 1.0 / len(multi) / (r.output_length - 1)  # passes f+1..last count towards its TPOT
         dp[index[r.token_times[0]] + 1] += w
         dp[index[r.token_times[-1]] + 1] -= w
     rec = Recording(isl=s.row.isl, completed=len(done))
@@ -849,11 +786,11 @@ def level_floor(groups: Iterable[Sequence[float]]) -> float:
     return 100.0 * sum(errors) / len(errors)
 
 
-def iter_setups(rows: list[Row], *, max_tokens: int,
-                waves: int = WAVES) -> Iterator[tuple[Row, Setup | PdSetup | str]]:
+def iter_setups(rows: list[Row], *, max_tokens: int, waves: int = WAVES,
+                timing: str = "default") -> Iterator[tuple[Row, Setup | PdSetup | str]]:
     for row in rows:
         try:
-            yield row, setup(row, max_tokens=max_tokens, waves=waves)
+            yield row, setup(row, max_tokens=max_tokens, waves=waves, timing=timing)
         except Unsupported as exc:
             yield row, str(exc)
 

@@ -58,14 +58,16 @@ OUT = (Path(__file__).resolve().parent.parent / "src" / "servesim" / "timing" / 
        / CONSTANTS_RESOURCE)
 GLOBAL = ("gemm_scale", "moe_scale", "mem_scale", "attn_scale", "kv_scale", "allreduce_us",
           "expert_us", "moe_act_passes", "quant_level.fp8", "quant_level.fp4",
-          "moe_quant_level.fp8", "moe_quant_level.fp4")
+          "quant_level.w4a16", "moe_quant_level.fp8", "moe_quant_level.fp4",
+          "moe_quant_level.w4a16", "softmax_exposed")
 PER_BACKEND = ("step_ms", "layer_us", "moe_layer_us", "decode_req_us", "prefill_req_ms",
                "prefill_layer_us", "request_ms", "request_us_per_token", "request_layer_us",
                "request_moe_layer_us", "mla_layer_us", "request_mla_layer_us")
 BACKENDS = ("vllm", "sglang", "trtllm")
 BOUNDS = {
     "gemm_scale": (0.3, 1.2), "moe_scale": (0.05, 1.2), "mem_scale": (0.4, 1.15),
-    "attn_scale": (0.2, 1.3), "kv_scale": (0.3, 1.5), "allreduce_us": (2.0, 60.0),
+    "attn_scale": (0.2, 1.3), "kv_scale": (0.3, 1.5), "softmax_exposed": (0.01, 1.5),
+    "allreduce_us": (2.0, 60.0),
     "expert_us": (0.01, 20.0), "moe_act_passes": (0.01, 32.0),
     "step_ms": (0.01, 20.0), "layer_us": (0.5, 200.0), "moe_layer_us": (0.01, 500.0),
     "decode_req_us": (0.01, 200.0),
@@ -74,7 +76,7 @@ BOUNDS = {
     "request_layer_us": (0.01, 5000.0), "request_moe_layer_us": (0.01, 5000.0),
     "mla_layer_us": (0.01, 500.0), "request_mla_layer_us": (0.01, 5000.0),
     # a dtype's kernel efficiency relative to bf16's
-    "fp8": (0.2, 1.0), "fp4": (0.2, 1.0),
+    "fp8": (0.2, 1.0), "fp4": (0.2, 1.0), "w4a16": (0.2, 1.0),
 }
 HUBER = 0.15  # error beyond which a residual counts linearly (outlier rows)
 
@@ -281,9 +283,9 @@ def _result_args(argv: list[str]) -> list[str]:
     for arg in argv:
         if skip:
             skip = False
-        elif arg in ("--cache", "--jobs"):
+        elif arg in ("--cache", "--jobs", "--out"):
             skip = True
-        elif not arg.startswith(("--cache=", "--jobs=", "--dry-run")):
+        elif not arg.startswith(("--cache=", "--jobs=", "--out=", "--dry-run")):
             out.append(arg)
     return out
 
@@ -308,17 +310,27 @@ def main() -> int:
     ap.add_argument("--report", action="store_true",
                     help="only report the shipped constants' accuracy (no fit) on a sample "
                          "of --fit-rows rows of both folds")
+    ap.add_argument("--leave-out-gpu", metavar="SYSTEM", default=None,
+                    help="fit on the other GPUs' rows only (both folds), for leave-one-GPU-"
+                         "out cross-validation; bench/accuracy.py --gpu SYSTEM --constants "
+                         "FILE then scores the GPU left out")
+    ap.add_argument("--out", type=Path, default=OUT,
+                    help="where to write the fitted constants (default: the shipped JSON)")
     args = ap.parse_args()
     HUBER = args.huber
 
     rows = [r for r in calib.load_rows() if r.mode == "agg"]
+    if args.leave_out_gpu is not None:
+        if args.leave_out_gpu not in {r.system for r in rows}:
+            ap.error(f"no rows of GPU {args.leave_out_gpu!r}")
+        rows = [r for r in rows if r.system != args.leave_out_gpu]
     base = load_constants()
     if args.report:
         report(base, load_items(calib.sample(rows, args.fit_rows or None), args.cache,
                                 args.jobs))
         return 0
-    fit_rows = [r for r in calib.sample([r for r in rows if not calib.holdout(r)],
-                                        args.fit_rows or None)]
+    candidates = rows if args.leave_out_gpu else [r for r in rows if not calib.holdout(r)]
+    fit_rows = calib.sample(candidates, args.fit_rows or None)
     items = load_items(fit_rows, args.cache, args.jobs)
     print(f"fitting on {len(items)} rows ({len(rows)} aggregated rows in the file, "
           f"holdout fold excluded)")
@@ -336,8 +348,9 @@ def main() -> int:
         "rows": f"{len(items)} aggregated rows of bench/data/silicon_dev.csv ("
                 + ("every row" if not args.fit_rows else
                    "a subsample spread over the (GPU, backend, model) partitions")
-                + " that can be replayed, each measurement once; calib.holdout fold "
-                  "excluded)",
+                + " that can be replayed, each measurement once; "
+                + (f"{args.leave_out_gpu} left out)" if args.leave_out_gpu
+                   else "calib.holdout fold excluded)"),
         "prediction": "the benchmark's closed loop replayed through the vLLM engine "
                       "(calib.replay, re-priced from calib.record)",
         "loss": f"Huber ({HUBER}) least squares of the {args.error} TPOT error + "
@@ -349,8 +362,8 @@ def main() -> int:
     if args.dry_run:
         print(text)
     else:
-        OUT.write_text(text, encoding="utf-8")
-        print(f"wrote {OUT.name}")
+        args.out.write_text(text, encoding="utf-8")
+        print(f"wrote {args.out}")
     return 0
 
 

@@ -39,6 +39,7 @@ import calib
 from servesim.engines.kernel.requests import RequestRecord
 from servesim.engines.vllm.engine import AggregatedReplay
 from servesim.timing.analytical import AnalyticalTimer, load_constants
+from servesim.workloads import build_workload
 
 DATA = Path(__file__).resolve().parent / "data" / "trtllm_max_throughput.csv"
 
@@ -94,10 +95,12 @@ def replay(run: Run, max_batch: int = 0) -> float | str:
     if max_batch:
         role = attrs.evolve(role, max_sequences=min(role.max_sequences, max_batch))
     records: list[RequestRecord] = []
-    # every request at once, exactly OSL tokens each
-    load = calib.BenchmarkLoop(run.isl, run.osl, run.requests, run.requests, spread=0.0)
-    AggregatedReplay(role, AnalyticalTimer(s.geometry, load_constants()), load,
-                     records.append, None).run()
+    # every request at once (a closed loop as wide as the run), exactly OSL tokens each
+    source = {k: v for k, v in s.payload.workload["source"].items()
+              if k != "output_range_ratio"}
+    with build_workload({**s.payload.workload, "source": source}) as load:
+        AggregatedReplay(role, AnalyticalTimer(s.geometry, load_constants()), load,
+                         records.append, None).run()
     done = [r for r in records if r.status == "completed" and r.token_times]
     if len(done) < run.requests:
         return f"{run.requests - len(done)} of {run.requests} requests did not complete"

@@ -243,8 +243,9 @@ def _validate(args: argparse.Namespace, registry: EngineRegistry, out: Console,
 
     payload = compile_source(SourceText.from_path(args.config), registry=registry)
     diags = check_input_files(payload, registry=registry)
-    if diags:
+    if any(d.severity == "error" for d in diags):
         raise ServesimError(diags)
+    _warn(err, diags)
     roles = ", ".join(payload.roles)
     out.print(shown(f"ok: {args.config} is valid (engine {payload.engine}; roles {roles})"))
     return EXIT_OK
@@ -307,6 +308,14 @@ def _plugins(args: argparse.Namespace, registry: EngineRegistry, out: Console,
     return EXIT_OK
 
 
+def _warn(err: Console, warnings: Sequence[Diagnostic]) -> None:
+    """Warnings on stderr, one per line like errors: ``warning: path: message [code]``."""
+    for d in warnings:
+        err.print(f"warning: {shown(d.where)}: {shown(d.message)} [{shown(d.code)}]")
+        if d.hint:
+            err.print(f"  hint: {shown(d.hint)}")
+
+
 def load_input(path: str, registry: EngineRegistry) -> tuple[Payload, Path | None]:
     """A payload from a TOML config (compiled) or a JSON payload file (loaded and checked)."""
     p = Path(path)
@@ -352,6 +361,7 @@ def _replay(args: argparse.Namespace, registry: EngineRegistry, out: Console,
         err.print(f"{why} at virtual time {bar.virtual_ms / 1000:.1f} s: no report "
                   f"written{kept}")
         return EXIT_INTERRUPTED
+    _warn(err, outcome.warnings)
     report = outcome.report
     if report.get("num_requests", 0) and not report.get("completed_requests", 0):
         raise ReplayError([_nothing_completed(args.input, report)])

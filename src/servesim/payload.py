@@ -29,16 +29,21 @@ ROLES: tuple[Role, ...] = ("aggregated", "prefill", "decode")
 
 @attrs.frozen
 class TimingArgs:
-    """Step-time provider of a role: ``fixed``, ``polynomial``, ``default``, ``table``."""
+    """Step-time provider of a role: ``fixed``, ``polynomial``, ``default``, ``table``,
+    ``measured``."""
 
     type: str = "default"
     prefill_ms: float | None = bounded(0, L.STEP_MS)
     decode_ms: float | None = bounded(0, L.STEP_MS)
     path: str | None = None  # table timing: CSV file
-    # default timing: weight precision of the dense GEMMs and of the routed experts, as
-    # the analytical model names them (None: the checkpoint's own)
+    # default and measured timing: weight precision of the dense GEMMs and of the routed
+    # experts, as the analytical model names them (None: the checkpoint's own)
     gemm_quant: str | None = None
     moe_quant: str | None = None
+    # measured timing: the KV cache's precision ("fp8", None: the model dtype) and the
+    # backend version whose kernel tables price the passes (None: the newest covered)
+    kv_quant: str | None = None
+    backend_version: str | None = None
 
 
 @attrs.frozen

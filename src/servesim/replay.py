@@ -28,6 +28,7 @@ from servesim.payload import Payload, map_paths, payload_to_dict
 from servesim.plugins import checked
 from servesim.plugins.manager import EngineRegistry
 from servesim.rules import prompt_over_budget
+from servesim.timing.measured import measured_notes
 from servesim.timing.registry import make_timer, use_providers
 from servesim.workloads import (
     build_workload,
@@ -51,6 +52,9 @@ from servesim.workloads.spec import (
 class ReplayOutcome:
     report: dict[str, Any]
     wall_time_ms: float
+    # what the user should know about the run but did not stop it (severity "warning"):
+    # a role the measured kernel tables do not cover, priced by the default timing
+    warnings: tuple[Diagnostic, ...] = ()
 
 
 def replay(payload: Payload, *, registry: EngineRegistry | None = None,
@@ -68,7 +72,8 @@ def check_input_files(payload: Payload, *, registry: EngineRegistry,
     """What a replay would find wrong in the files the payload names, found without
     replaying: every row of a trace in a built-in format (in a plugin's format, that the
     file is there), and each role's step timer, built as the replay builds it (a timing
-    table is read and checked)."""
+    table is read and checked; a role the measured kernel tables do not cover gives a
+    warning)."""
     out: list[Diagnostic] = []
     spec = parse_workload_spec(payload.workload, formats=tuple(registry.trace_formats))
     source = spec.source
@@ -98,6 +103,8 @@ def check_input_files(payload: Payload, *, registry: EngineRegistry,
                 make_timer(role)
             except ServesimError as exc:
                 out += exc.diagnostics
+    if not any(d.severity == "error" for d in out):
+        out += measured_notes(payload.roles)[1]
     return out
 
 
@@ -124,6 +131,8 @@ def replay_payload(payload: Payload, *, registry: EngineRegistry, base_dir: Path
                                  lambda: engine.validate_payload(payload))
     if diags:
         raise PayloadError(diags)
+    with use_providers(registry.timing_providers):
+        timing_sources, warnings = measured_notes(payload.roles)
     collector = MetricsCollector(payload.sla)
     started = time.perf_counter()
     with build_workload(payload.workload, base_dir=base_dir,
@@ -147,10 +156,12 @@ def replay_payload(payload: Payload, *, registry: EngineRegistry, base_dir: Path
         else:
             result = engine.replay(payload, workload, sink, progress=progress)
     wall_ms = (time.perf_counter() - started) * 1000.0
-    report = collector.report(wall_time_ms=0.0, gpu_seconds=result.gpu_seconds,
-                              extra={**result.extra, **provenance(payload, base_dir)})
+    extra = {**result.extra, **provenance(payload, base_dir)}
+    if timing_sources:
+        extra["timing_sources"] = timing_sources
+    report = collector.report(wall_time_ms=0.0, gpu_seconds=result.gpu_seconds, extra=extra)
     del report["wall_time_ms"]
-    return ReplayOutcome(report=report, wall_time_ms=wall_ms)
+    return ReplayOutcome(report=report, wall_time_ms=wall_ms, warnings=tuple(warnings))
 
 
 @contextmanager

@@ -107,14 +107,22 @@ def timing_values(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
         yield _d("timing-table", (*tp, "path"), "table timing requires path (a CSV file)")
     if t.type != "table" and t.path is not None:
         yield _d("timing-table", (*tp, "path"), f"{t.type} timing rejects path")
-    # the weight precision the default timing prices comes from the engine's quant modes
+    # the weight precision the default and measured timings price comes from the engine's
+    # quant modes; the measured timing also reads the KV precision and backend version
+    model_timings = ("default", "measured")
+    for key in ("gemm_quant", "moe_quant", "kv_quant", "backend_version"):
+        readers = model_timings if key.endswith("_quant") and key != "kv_quant" else (
+            "measured",)
+        if getattr(t, key) is not None and t.type not in readers:
+            only = "the default and measured timings read" if len(readers) > 1 \
+                else "the measured timing reads"
+            yield _d("timing-quant", (*tp, key), f"{t.type} timing rejects {key}, which "
+                     f"only {only}")
+    if t.type != "default":
+        return
     for key, config_key in (("gemm_quant", "gemm_quant_mode"), ("moe_quant", "moe_quant_mode")):
         name = getattr(t, key)
         if name is None:
-            continue
-        if t.type != "default":
-            yield _d("timing-quant", (*tp, key), f"{t.type} timing rejects {key}, which "
-                     "only the default timing reads")
             continue
         problem = unpriced_weight_quant(name)
         # experts that follow the GEMMs' precision are reported with it, once

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -55,11 +57,38 @@ def test_the_shipped_rows_flag_only_the_h100_gpt_oss_concurrency_512_rows() -> N
         ("h100_sxm", "vllm", "openai/gpt-oss-120b", 512)}
 
 
-def test_the_unfitted_gpu_rows_are_of_gpus_the_fit_never_sees() -> None:
+@pytest.mark.parametrize("name", ["unfitted_gpus.csv", "validation_gpus.csv"])
+def test_the_validation_rows_are_of_gpus_the_fit_never_sees(name: str) -> None:
     fitted = {r.system for r in calib.load_rows()}
-    unfitted = calib.load_rows(calib.DATA.parent / "unfitted_gpus.csv")
+    unfitted = calib.load_rows(calib.DATA.parent / name)
     assert unfitted
     assert not {r.system for r in unfitted} & fitted
+
+
+def _one_row_per_partition() -> list[calib.Row]:
+    found: dict[tuple[str, ...], calib.Row] = {}
+    for row in calib.load_rows():
+        if calib.counted(row):
+            found.setdefault(row.partition, row)
+    return list(found.values())
+
+
+@pytest.mark.parametrize("row", _one_row_per_partition(), ids=lambda r: "-".join(r.partition))
+def test_each_row_replays_through_a_config_servesim_validate_accepts(
+        row: calib.Row, tmp_path: Path, servesim_cli: Callable[..., Any]) -> None:
+    try:
+        s = calib.setup(row, max_tokens=calib.MAX_TOKENS)
+    except calib.Unsupported:
+        pytest.skip("not replayable")
+    config = tmp_path / "row.toml"
+    config.write_text(s.config, encoding="utf-8")
+    result = servesim_cli("validate", config)
+    assert result.code == 0, result.err
+    # one rule for every row: an FP8 KV cache exactly where the weights are FP8 or FP4
+    quantised = row.gemm_quant in ("fp8", "fp8_block", "nvfp4") and \
+        s.geometry.moe_quant != "mxfp4"  # gpt-oss: the checkpoint's own, whatever the label
+    assert ('kvcache_quant_mode = "fp8"' in s.config) is quantised
+    assert "output_range_ratio = 0.2" in s.config
 
 
 def test_every_unfitted_gpu_row_can_be_replayed() -> None:

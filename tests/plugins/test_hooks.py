@@ -341,8 +341,8 @@ def test_unknown_timing_type(compile_toml: Callable[..., Any]) -> None:
         compile_toml(small_config(timing="flta"), stop_after="parse")
     assert rendered(info.value) == [
         "engine.workers.aggregated.timing.type: unknown timing type 'flta' (registered: "
-        "default, exiting, exploding, fixed, flat, fronted, grouped, invalid, not-a-timer, "
-        "polynomial, table) [unknown-timing]"]
+        "default, exiting, exploding, fixed, flat, fronted, grouped, invalid, measured, "
+        "not-a-timer, polynomial, table) [unknown-timing]"]
 
 
 def test_a_plugin_trace_format_feeds_the_replay(

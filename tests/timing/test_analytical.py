@@ -107,6 +107,41 @@ def test_a_checkpoint_s_own_quantization_picks_the_kernels() -> None:
         "bf16", "mxfp4", load_gpu("b200_sxm").fp4_flops)
 
 
+def test_4bit_weights_run_fp4_tensor_cores_only_where_the_gpu_has_them() -> None:
+    # gpt-oss's MXFP4 experts: FP4 tensor cores on Blackwell, weight-only kernels on
+    # Hopper; int4 experts are weight-only everywhere. Each class has its own level.
+    kernels = {(model, gpu): _timer(model, gpu, tensor=8).geometry.moe_kernel
+               for model in ("openai/gpt-oss-120b", "moonshotai/Kimi-K2.5")
+               for gpu in ("h100_sxm", "b200_sxm")}
+    assert kernels == {("openai/gpt-oss-120b", "h100_sxm"): "w4a16",
+                       ("openai/gpt-oss-120b", "b200_sxm"): "fp4",
+                       ("moonshotai/Kimi-K2.5", "h100_sxm"): "w4a16",
+                       ("moonshotai/Kimi-K2.5", "b200_sxm"): "w4a16"}
+    slower = load_constants().with_values(**{"moe_quant_level.w4a16": 0.25})
+    prompt = (8, 4096, 0)
+    for gpu, changes in (("h100_sxm", True), ("b200_sxm", False)):
+        geo = _timer("openai/gpt-oss-120b", gpu, tensor=8).geometry
+        before = AnalyticalTimer(geo, load_constants()).prefill_ms(*prompt)
+        after = AnalyticalTimer(geo, slower).prefill_ms(*prompt)
+        assert (after > before) is changes
+
+
+def test_exposed_softmax_is_priced_by_the_gpus_exponential_throughput() -> None:
+    # one exponential per query-key pair and head; Blackwell Ultra doubles the units'
+    # throughput per SM, so the same prompt's exposed softmax costs B300 less than B200
+    exposed, hidden = (load_constants().with_values(softmax_exposed=v) for v in (0.5, 0.0))
+    extra = {}
+    for gpu in ("b200_sxm", "b300_sxm"):
+        geo = _timer("Qwen/Qwen3-32B", gpu).geometry
+        with_it, without = (AnalyticalTimer(geo, c) for c in (exposed, hidden))
+        extra[gpu] = with_it.prefill_ms(1, 8192, 0) - without.prefill_ms(1, 8192, 0)
+        assert with_it.decode_ms(8, 8 * 4096, 4096, 0) == without.decode_ms(8, 8 * 4096, 4096, 0)
+    rates = {gpu: load_gpu(gpu).exp_per_s for gpu in extra}
+    assert extra["b200_sxm"] > 0
+    assert extra["b300_sxm"] == pytest.approx(
+        extra["b200_sxm"] * rates["b200_sxm"] / rates["b300_sxm"], rel=1e-9)
+
+
 def test_fp8_weights_without_fp8_tensor_cores_run_bf16_kernels() -> None:
     # An A100 has no FP8 tensor cores: FP8 weights are dequantised into bf16 GEMMs, which
     # run at bf16's efficiency and only read half the bytes. On an H100 they run FP8 ones.

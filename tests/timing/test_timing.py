@@ -52,7 +52,7 @@ def test_unknown_timing_type_names_the_providers() -> None:
     assert diag.code == "timing-unavailable"
     assert diag.where == "engine.workers.decode.timing.type"
     assert diag.message == (
-        "unknown timing type 'magic'; expected one of default, fixed, polynomial, table"
+        "unknown timing type 'magic'; expected one of default, fixed, measured, polynomial, table"
     )
 
 

@@ -13,10 +13,10 @@ from servesim.engines.kernel.tokens import (
     generated_key,
     prompt_length,
 )
-from servesim.errors import WorkloadError
+from servesim.errors import CompileError, WorkloadError
 from servesim.workloads import build_workload, constant_arrivals, poisson_arrivals
 from servesim.workloads.spec import SessionSource
-from servesim.workloads.synthetic import shared_prefix_tokens
+from servesim.workloads.synthetic import shared_prefix_tokens, spread_length
 
 Simulate = Callable[..., Any]
 
@@ -68,6 +68,52 @@ def test_cached_prefix_larger_than_the_prompt_is_rejected() -> None:
         build_workload({"source": dict(SYN, cached_prefix_tokens=101),
                         "load": {"type": "concurrency", "concurrency": 1},
                         "stop": {"requests": 1}})
+
+
+def test_output_range_ratio_spreads_lengths_evenly_around_the_mean() -> None:
+    src = dict(SYN, output_tokens=100, output_range_ratio=0.2)
+    w = build_workload({"source": src, "load": {"type": "concurrency", "concurrency": 1000},
+                        "stop": {"requests": 1000}})
+    lengths = [s.output_length for s in w.start()]
+    assert min(lengths) == 80 and max(lengths) == 120
+    assert sum(lengths) / len(lengths) == pytest.approx(100, abs=0.1)
+    # every tenth of the range holds about a tenth of the requests
+    tenths = [sum(1 for n in lengths if 80 + 4 * k <= n < 84 + 4 * k) for k in range(10)]
+    assert all(80 <= t <= 120 for t in tenths)
+    assert [s.output_length for s in w.start()] == lengths  # the same in every replay
+
+
+def test_output_range_ratio_keeps_one_token_and_zero_spreads_nothing() -> None:
+    assert spread_length(1, 1.0, 3) >= 1
+    assert [spread_length(8, 0.0, i) for i in range(5)] == [8] * 5
+    assert spread_length(0, 0.5, 7) == 0
+
+
+@pytest.mark.parametrize("ratio", [-0.1, 1.5, "0.2", float("nan")])
+def test_a_bad_output_range_ratio_in_a_payload_is_refused(ratio: object) -> None:
+    with pytest.raises(WorkloadError, match="output_range_ratio"):
+        build_workload({"source": dict(SYN, output_range_ratio=ratio),
+                        "load": {"type": "concurrency", "concurrency": 1},
+                        "stop": {"requests": 1}})
+
+
+def test_output_range_ratio_in_a_config(compile_toml: Callable[..., Any]) -> None:
+    text = """
+[engine]
+model = "Qwen/Qwen3-32B"
+hardware = "h100_sxm"
+[engine.workers.aggregated]
+[traffic.source]
+type = "{kind}"
+output_range_ratio = 0.25
+{more}
+"""
+    payload = compile_toml(text.format(kind="synthetic", more=""))
+    assert payload.workload["source"]["output_range_ratio"] == 0.25
+    with pytest.raises(CompileError) as err:
+        compile_toml(text.format(kind="trace", more='paths = ["t.jsonl"]'))
+    assert "traffic.source.output_range_ratio: source type 'trace' does not accept " \
+           "output_range_ratio [traffic-key]" in str(err.value)
 
 
 # -- arrivals ------------------------------------------------------------------------------

@@ -603,6 +603,8 @@ class GpuSpec:
     fp8_flops: float | None
     fp4_flops: float | None
     int8_flops: float | None
+    # exponentials per second of the special function units (attention's softmax)
+    exp_per_s: float | None
     intra_node_bw: float
     inter_node_bw: float
     pcie_bw: float | None
@@ -643,6 +645,7 @@ class GpuSpec:
             fp8_flops=num(gpu, "fp8_tc_flops"),
             fp4_flops=num(gpu, "fp4_tc_flops"),
             int8_flops=num(gpu, "int8_tc_flops"),
+            exp_per_s=num(gpu, "exp_per_s"),
             intra_node_bw=need(node, "intra_node_bw"),
             inter_node_bw=need(node, "inter_node_bw"),
             pcie_bw=num(node, "pcie_bw"),

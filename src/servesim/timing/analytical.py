@@ -206,6 +206,8 @@ class AnalyticalConstants:
     backends: Mapping[str, BackendOverheads]
     expert_us: float = 0.0  # per touched routed expert per MoE layer
     moe_act_passes: float = 0.0  # hidden-size activation copies moved per token-expert pair
+    # the fraction of a prefill's softmax exponentials not hidden behind its matrix products
+    softmax_exposed: float = 0.0
     provenance: Mapping[str, Any] = attrs.field(factory=dict, eq=False)
 
     def overheads(self, backend: str) -> BackendOverheads:
@@ -268,6 +270,7 @@ class AnalyticalConstants:
                 "allreduce_us": self.allreduce_us,
                 "expert_us": self.expert_us,
                 "moe_act_passes": self.moe_act_passes,
+                "softmax_exposed": self.softmax_exposed,
                 "backends": {k: attrs.asdict(v) for k, v in self.backends.items()},
             },
         }
@@ -296,6 +299,7 @@ class AnalyticalConstants:
             allreduce_us=float(fitted["allreduce_us"]),
             expert_us=float(fitted.get("expert_us", 0.0)),
             moe_act_passes=float(fitted.get("moe_act_passes", 0.0)),
+            softmax_exposed=float(fitted.get("softmax_exposed", 0.0)),
             backends={
                 str(k): BackendOverheads(**{f: float(x) for f, x in v.items()})
                 for k, v in fitted["backends"].items()
@@ -396,6 +400,9 @@ class StepGeometry:
     # decoding (the verification forward)
     decode_queries: int = 1
     mla: bool = False  # the attention layers are multi-head latent attention
+    # exponentials per second of the GPU's special function units, which the softmax of
+    # attention runs on (0: not known, no softmax time priced)
+    exp_per_s: float = 0.0
 
 
 def _fail(role_path: tuple[str, ...], message: str, hint: str | None = None) -> ReplayError:
@@ -407,14 +414,17 @@ def _fail(role_path: tuple[str, ...], message: str, hint: str | None = None) -> 
 def _kernel(gpu: GpuSpec, quant: str) -> tuple[float, str]:
     """Peak FLOP/s and kernel class of ``quant``'s GEMMs on ``gpu``: the tensor cores of
     the weights' dtype, or bf16 ones where the GPU has none (weight-only kernels that
-    dequantise to bf16). 4-bit weights are one class, ``fp4``, either way: FP4 tensor
-    cores and the 4-bit weight-only kernels (every int4 mode, FP4 formats on GPUs without
-    FP4) share one efficiency level."""
+    dequantise to bf16). 4-bit weights run FP4 tensor cores (class ``fp4``) where the
+    format is FP4 and the GPU has them (Blackwell); elsewhere (Hopper's MXFP4 and NVFP4,
+    every int4 mode) weight-only kernels that dequantise to bf16, a class of their own,
+    ``w4a16``: each class has its own fitted efficiency level."""
     nbytes, kind = WEIGHT_QUANT[quant]
     peak = {"fp4": gpu.fp4_flops, "fp8": gpu.fp8_flops, "int8": gpu.int8_flops}.get(kind)
     if not peak:
         peak, kind = gpu.bf16_flops, "bf16"
-    return peak, "fp4" if nbytes < 1 else kind
+    if nbytes < 1:
+        return peak, "fp4" if kind == "fp4" else "w4a16"
+    return peak, kind
 
 
 def build_geometry(
@@ -592,6 +602,7 @@ def build_geometry(
         gemm_peak=gemm_peak,
         moe_peak=moe_peak,
         attn_peak=gpu.bf16_flops,
+        exp_per_s=gpu.exp_per_s or 0.0,
         mem_bw=gpu.mem_bw,
         gemm_quant=gq,
         moe_quant=mq,
@@ -826,6 +837,15 @@ class AnalyticalTimer:
             total += (g.pipeline - 1) * hop
         return total
 
+    def _softmax_s(self, pairs: float) -> float:
+        """The share of a prefill's softmax that its matrix products do not hide: one
+        exponential per query-key pair and head on the special function units (whose
+        throughput Blackwell Ultra doubles), a fitted fraction of it exposed."""
+        g = self._geo
+        if not g.exp_per_s:
+            return 0.0
+        return self.constants.softmax_exposed * pairs * g.heads_local / g.exp_per_s
+
     def _attention_layers(self) -> tuple[int, int, int]:
         full = sliding = linear = 0
         for cls in self._classes:
@@ -885,7 +905,7 @@ class AnalyticalTimer:
             pairs = b * (_causal(ctx, g.sparse_topk) - _causal(p, g.sparse_topk))
             flops = 2.0 * pairs * width
             kv = b * ctx * g.kv_bytes_layer
-            t = flops / (g.attn_peak * u) + self._mem_s(kv)
+            t = flops / (g.attn_peak * u) + self._mem_s(kv) + self._softmax_s(pairs)
             if g.sparse_topk:  # the indexer scores every earlier token
                 every = b * (_causal(ctx, None) - _causal(p, None))
                 t += (g.index_flops * every / (g.index_peak * u)
@@ -896,7 +916,8 @@ class AnalyticalTimer:
             pairs = b * new * min(w, p + new / 2.0)
             flops = 2.0 * pairs * width
             kv = b * min(ctx, w + new) * g.kv_bytes_layer
-            attn += sliding * (flops / (g.attn_peak * u) + self._mem_s(kv))
+            attn += sliding * (flops / (g.attn_peak * u) + self._mem_s(kv)
+                               + self._softmax_s(pairs))
         if linear:
             chunks = math.ceil(new / LINEAR_CHUNK)
             flops = tokens * g.linear_flops_per_token

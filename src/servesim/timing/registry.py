@@ -52,6 +52,12 @@ def _default(role: RoleArgs) -> StepTimer:
     return timer_from_role(role)
 
 
+def _measured(role: RoleArgs) -> StepTimer:
+    from servesim.timing.measured import measured_timer
+
+    return measured_timer(role)
+
+
 def _table(role: RoleArgs) -> StepTimer:
     from servesim.timing.table import TableTimer
 
@@ -78,7 +84,8 @@ def _table(role: RoleArgs) -> StepTimer:
 
 
 PROVIDERS: Mapping[str, TimerFactory] = MappingProxyType(
-    {"default": _default, "fixed": _fixed, "polynomial": _polynomial, "table": _table}
+    {"default": _default, "fixed": _fixed, "measured": _measured, "polynomial": _polynomial,
+     "table": _table}
 )
 
 

@@ -28,6 +28,10 @@ class SyntheticSource:
     input_tokens: int = DEFAULT_INPUT_TOKENS
     output_tokens: int = 128
     cached_prefix_tokens: int = 0
+    # request i generates output_tokens x (1 + ratio x (2 u_i - 1)) tokens (at least one),
+    # u_i a fixed low-discrepancy sequence over [0, 1): lengths spread evenly over the range,
+    # the same in every replay, with mean output_tokens
+    output_range_ratio: float = 0.0
 
 
 @attrs.frozen
@@ -165,10 +169,12 @@ def _parse_source(table: Mapping[str, Any], formats: tuple[str, ...] = TRACE_FOR
     path = ("source",)
     kind = table.get("type", "synthetic")
     if kind == "synthetic":
-        _known(table, path, "type", "input_tokens", "output_tokens", "cached_prefix_tokens")
+        _known(table, path, "type", "input_tokens", "output_tokens", "cached_prefix_tokens",
+               "output_range_ratio")
         return SyntheticSource(_int(table, "input_tokens", path, DEFAULT_INPUT_TOKENS, 1),
                                _int(table, "output_tokens", path, 128, 0),
-                               _int(table, "cached_prefix_tokens", path, 0, 0))
+                               _int(table, "cached_prefix_tokens", path, 0, 0),
+                               _float(table, "output_range_ratio", path, 0.0, upper=1.0))
     if kind == "synthetic-session":
         _known(table, path, "type", *(f.name for f in attrs.fields(SessionSource)))
         block = table.get("block_size")

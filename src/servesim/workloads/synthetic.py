@@ -31,6 +31,16 @@ def _round_half_up(x: float) -> int:
     return math.floor(x + 0.5)
 
 
+def spread_length(length: int, ratio: float, index: int) -> int:
+    """Request ``index``'s length when lengths spread over ``length x (1 -/+ ratio)``:
+    ``u = frac(index x 2654435761 / 2**32)`` (Knuth's multiplicative hash, which visits
+    [0, 1) evenly) places it in the range; at least one token unless ``length`` is 0."""
+    if ratio <= 0 or length <= 0:
+        return length
+    u = ((index * 2654435761) % 4294967296) / 4294967296.0
+    return max(1, round(length * (1 + ratio * (2 * u - 1))))
+
+
 @attrs.define(slots=True)
 class SyntheticRequest:
     """A one-turn unit: request ``index`` of a synthetic workload."""
@@ -44,8 +54,9 @@ class SyntheticRequest:
             Segment(PREFIX_KEY, src.cached_prefix_tokens, repeat=False),
             Segment(1 + self.index, src.input_tokens - src.cached_prefix_tokens, repeat=False),
         )
+        output = spread_length(src.output_tokens, src.output_range_ratio, self.index)
         return RequestSpec(request_id=self.index, arrival_ms=arrival_ms or 0.0, prompt=prompt,
-                           input_length=src.input_tokens, output_length=src.output_tokens)
+                           input_length=src.input_tokens, output_length=output)
 
     def next_turn(self, previous: RequestSpec, end_ms: float) -> RequestSpec | None:
         return None

@@ -180,6 +180,9 @@ class Source:
     type: Literal["synthetic", "synthetic-session", "trace"] | None = None
     input_tokens: int | None = positive(TOKENS)
     output_tokens: int | None = nonneg(TOKENS)
+    # output lengths spread uniformly over output_tokens x (1 -/+ ratio), as the benchmark
+    # clients' --random-range-ratio does (synthetic source)
+    output_range_ratio: float | None = limits(0.0, 1.0)
     cached_prefix_tokens: int | None = nonneg(TOKENS)
     new_input_tokens_per_turn: int | None = positive(TOKENS)
     output_tokens_per_turn: int | None = nonneg(TOKENS)

@@ -208,12 +208,13 @@ def _traffic(t: Traffic | None) -> Iterator[Diagnostic]:
     sp: Path = ("traffic", "source")
     lp: Path = ("traffic", "load")
     allowed_src = {
-        "synthetic": {"type", "input_tokens", "output_tokens", "cached_prefix_tokens"},
+        "synthetic": {"type", "input_tokens", "output_tokens", "cached_prefix_tokens",
+                      "output_range_ratio"},
         "synthetic-session": {"type", "new_input_tokens_per_turn", "output_tokens_per_turn",
                               "session"},
         "trace": {"type", "paths", "format", "block_size"},
     }[stype]
-    for key in ("input_tokens", "output_tokens", "cached_prefix_tokens",
+    for key in ("input_tokens", "output_tokens", "cached_prefix_tokens", "output_range_ratio",
                 "new_input_tokens_per_turn", "output_tokens_per_turn", "session", "paths",
                 "format", "block_size"):
         if getattr(src, key) is not None and key not in allowed_src:

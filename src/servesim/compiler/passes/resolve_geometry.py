@@ -369,14 +369,17 @@ def _resolve_role(rec: _Recorder, name: str, w: Worker, e: Engine, backend: Back
         table = str(base_dir / table)  # like a trace path: relative to the config's folder
         rec.note((*path, "timing", "path"), "derived", f"{t.path} relative to the config's folder")
     timing_type = rec.pick((*path, "timing", "type"), t.type, "default")
-    gemm_quant = moe_quant = None
-    if timing_type == "default":
+    gemm_quant = moe_quant = kv_quant = version = None
+    if timing_type in ("default", "measured"):
         gemm_quant, moe_quant = weights.gemm, weights.moe
         for key, why in (("gemm_quant", weights.gemm_why), ("moe_quant", weights.moe_why)):
             rec.note((*path, "timing", key), "derived" if why.startswith("engine.")
                      else "defaulted", why)
+    if timing_type == "measured":
+        kv_quant, version = _measured_keys(rec, e, path)
     timing = TimingArgs(type=timing_type, prefill_ms=t.prefill_ms, decode_ms=t.decode_ms,
-                        path=table, gemm_quant=gemm_quant, moe_quant=moe_quant)
+                        path=table, gemm_quant=gemm_quant, moe_quant=moe_quant,
+                        kv_quant=kv_quant, backend_version=version)
     startup = rec.pick((*path, "startup_seconds"), w.startup_seconds, 0.0)
     role = RoleArgs(
         worker_type=name,  # type: ignore[arg-type]
@@ -390,6 +393,20 @@ def _resolve_role(rec: _Recorder, name: str, w: Worker, e: Engine, backend: Back
         max_model_len=max_model_len, prefix_match_unit=kv.prefix_match_unit, state_cache=state,
         timing=timing, speculation=speculation, startup_seconds=float(startup))
     return role, meta
+
+
+def _measured_keys(rec: _Recorder, e: Engine, path: Path) -> tuple[str | None, str | None]:
+    """The KV precision and backend version the measured timing prices a role with."""
+    kv = e.kvcache_quant_mode
+    kv_quant = kv if kv in ("fp8", "int8") else None
+    rec.note((*path, "timing", "kv_quant"), "derived" if kv not in (None, "auto") else
+             "defaulted", f"engine.kvcache_quant_mode {kv!r}" if kv not in (None, "auto")
+             else "the model dtype")
+    version = e.backend_version
+    rec.note((*path, "timing", "backend_version"), "derived" if version else "defaulted",
+             f"engine.backend_version {version!r}" if version
+             else "the newest version the kernel tables cover")
+    return kv_quant, version
 
 
 def _formula(lines: tuple[str, ...], name: str) -> str:
@@ -486,6 +503,9 @@ def _workload(rec: _Recorder, t: Traffic | None, base_dir: PathLike | None) -> d
     if stype == "synthetic":
         source["input_tokens"] = rec.pick((*sp, "input_tokens"), src.input_tokens, 1024)
         source["output_tokens"] = rec.pick((*sp, "output_tokens"), src.output_tokens, 128)
+        if src.output_range_ratio is not None:  # written only when authored: 0 spreads nothing
+            source["output_range_ratio"] = rec.pick((*sp, "output_range_ratio"),
+                                                    float(src.output_range_ratio), 0.0)
         source["cached_prefix_tokens"] = rec.pick((*sp, "cached_prefix_tokens"),
                                                   src.cached_prefix_tokens, 0)
     elif stype == "synthetic-session":
