@@ -266,7 +266,7 @@ ROW = '{"timestamp": 0, "input_length": 20, "output_length": 3, "hash_ids": [1]}
      "/trace.jsonl:2: invalid JSON: Unterminated string"),
     (ROW, TRACE_CONFIG.replace("[engine.workers.aggregated]\n", "[engine.workers.aggregated]"
                                '\ntiming = { type = "table", path = "t.csv" }\n'),
-     "/t.csv: the timing table is not found"),
+     "/t.csv: cannot read the timing table: file not found"),
 ])
 def test_validate_reads_the_trace_and_the_timing_tables(
         capsys: pytest.CaptureFixture[str], trace: str | None, config: str,
@@ -284,7 +284,8 @@ def test_a_timing_table_that_is_no_file_is_not_read(capsys: pytest.CaptureFixtur
     config = TRACE_CONFIG.replace("[engine.workers.aggregated]\n", "[engine.workers.aggregated]"
                                   '\ntiming = { type = "table", path = "t.csv" }\n')
     code, _, err = run(capsys, "validate", write("c.toml", config))
-    assert code == 1 and "/t.csv: the timing table is a folder; expected a CSV file" in err
+    assert code == 1 and ("/t.csv: cannot read the timing table: is a directory, expected a "
+                          "timing table (CSV)") in err
 
 
 @pytest.mark.parametrize("argv", [
@@ -302,7 +303,7 @@ def test_an_output_that_is_an_input_or_the_other_output_is_refused(
     flag, arg = argv[-2:]
     problem = ("this is also the -o file: one output would overwrite the other"
                if arg == "same.json" else "this run reads this file (its config, payload, "
-               "trace or timing table): writing it would destroy it")
+               "trace, timing table or model config.json): writing it would destroy it")
     assert err.splitlines()[0] == f"error: {flag} {arg}: {problem} [output-path]"
     assert (Path("trace.jsonl").read_text(), Path("c.toml").read_text()) == (ROW, TRACE_CONFIG)
     assert not Path("same.json").exists()

@@ -9,36 +9,42 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import importlib
 import json
+import math
 import os
+import signal
 import sys
-import tempfile
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import cattrs
 from rich.console import Console
-from rich.text import Text
 
 from servesim import __version__
 from servesim.compiler import STAGES, compile_source
 from servesim.compiler.model.resolved import ResolvedConfig, ValidatedConfig
 from servesim.compiler.source import SourceText, read_input
-from servesim.errors import Diagnostic, PayloadError, ServesimError
+from servesim.errors import Diagnostic, PayloadError, ReplayError, ServesimError
+from servesim.files import identity, is_special, whole_file
 from servesim.payload import (
     Payload,
     anchor_paths,
     dump_payload,
+    files_named,
     load_payload,
     payload_files,
     payload_to_dict,
 )
 from servesim.plugins.manager import PLUGIN_FAULTS, EngineRegistry, get_plugin_manager
+from servesim.render import shown
 
 EXIT_OK, EXIT_INPUT, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+MAX_TIMEOUT_S = 1e7  # (past the timer's range; 115 days)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -76,10 +82,48 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--format", choices=("text", "json"), default="text",
                    help="stdout format: a summary table, or the report as JSON")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
+    r.add_argument("--timeout", type=_seconds, metavar="SECONDS",
+                   help="stop the replay after this much wall-clock time, as Ctrl-C does "
+                   "(exit 130, no report; finished requests are kept in --requests-out)")
     r.add_argument("--check-invariants", action="store_true",
                    help="audit block reference counts, pool totals, queues, virtual time and "
                    "terminal states at every step (slower; also SERVESIM_CHECK_INVARIANTS=1)")
     return p
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= MAX_TIMEOUT_S:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds in (0, "
+                                         f"{MAX_TIMEOUT_S:g}], got {text!r}")
+    return value
+
+
+class TimedOut(KeyboardInterrupt):
+    """The ``--timeout`` alarm: ends a replay where it stands, as Ctrl-C does."""
+
+
+@contextlib.contextmanager
+def _deadline(seconds: float | None) -> Iterator[None]:
+    """Raise :class:`TimedOut` in the main thread after ``seconds`` of wall-clock time."""
+    if seconds is None or not hasattr(signal, "setitimer") \
+            or threading.current_thread() is not threading.main_thread():
+        yield  # (a signal handler is the main thread's: elsewhere no limit can be set)
+        return
+
+    def alarm(signum: int, frame: object) -> None:
+        raise TimedOut
+
+    previous = signal.signal(signal.SIGALRM, alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -87,13 +131,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         if getattr(sys, stream) is None:  # closed by the caller (`>&-`): output goes nowhere
             setattr(sys, stream, open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115
     args = _parser().parse_args(argv)
-    out = Console(highlight=False)
-    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    # markup and emoji codes off: a file name or a plugin's text is printed as it is,
+    # brackets and colons included
+    out = Console(file=sys.stdout, highlight=False, markup=False, emoji=False)
+    err = Console(stderr=True, highlight=False, markup=False, emoji=False, soft_wrap=True)
     try:
-        registry = _registry(args.plugin)
-        handler = {"compile": _compile, "validate": _validate, "inspect": _inspect,
-                   "schema": _schema, "plugins": _plugins, "replay": _replay}[args.command]
-        return handler(args, registry, out, err)
+        # what plugins print goes to stderr: stdout holds only our output (a JSON report)
+        with contextlib.redirect_stdout(sys.stderr):
+            registry = _registry(args.plugin)
+            handler = {"compile": _compile, "validate": _validate, "inspect": _inspect,
+                       "schema": _schema, "plugins": _plugins, "replay": _replay}[args.command]
+            return handler(args, registry, out, err)
     except ServesimError as exc:
         from servesim.render import print_diagnostics
 
@@ -107,7 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INPUT
     except OSError as exc:  # writing our output failed (a full disk, say); reading is checked
         _drop_stdout()
-        err.print(f"error: cannot write the output: {exc}")
+        err.print(f"error: cannot write the output: {shown(exc)}")
         return EXIT_INPUT
 
 
@@ -135,28 +183,29 @@ def _compile(args: argparse.Namespace, registry: EngineRegistry, out: Console,
     _not_an_input({"-o": args.output}, [args.config])
     source = SourceText.from_path(args.config)
     artifact = compile_source(source, registry=registry, stop_after=args.stop_after)
+    data = stage_to_data(artifact)  # the trace, tables and models it names, once resolved
+    _not_an_input({"-o": args.output}, [args.config, *files_named(data)])
     if isinstance(artifact, Payload):
         relative_to = str(output.resolve().parent) if output else os.getcwd()
         text = dump_payload(artifact, relative_to=relative_to)
         if output:
             _write_output(output, text, "-o")
-            err.print(f"wrote {args.output} (engine {artifact.engine})")
+            err.print(f"wrote {shown(args.output)} (engine {shown(artifact.engine)})")
         else:
-            sys.stdout.write(text)
+            out.file.write(text)
         return EXIT_OK
-    data = stage_to_data(artifact)
     if output:  # a stage's values, as JSON: a file is for a program to read
         _write_output(output, json.dumps(data, indent=2, sort_keys=True) + "\n", "-o")
-        err.print(f"wrote {args.output} (stage {args.stop_after})")
+        err.print(f"wrote {shown(args.output)} (stage {args.stop_after})")
     elif args.format == "json":
-        sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        out.file.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
     elif isinstance(artifact, (ResolvedConfig, ValidatedConfig)):
         from servesim.render import resolved_tree
 
         resolved = artifact.resolved if isinstance(artifact, ValidatedConfig) else artifact
         out.print(resolved_tree(resolved))
     else:
-        out.print_json(data=data)
+        out.print_json(data=data, ensure_ascii=True)  # no control character is shown raw
     return EXIT_OK
 
 
@@ -198,7 +247,7 @@ def _validate(args: argparse.Namespace, registry: EngineRegistry, out: Console,
         raise ServesimError(diags)
     _warn(err, diags)
     roles = ", ".join(payload.roles)
-    out.print(f"ok: {args.config} is valid (engine {payload.engine}; roles {roles})")
+    out.print(shown(f"ok: {args.config} is valid (engine {payload.engine}; roles {roles})"))
     return EXIT_OK
 
 
@@ -207,7 +256,7 @@ def _inspect(args: argparse.Namespace, registry: EngineRegistry, out: Console,
     resolved = compile_source(SourceText.from_path(args.config), registry=registry,
                               stop_after="validate").resolved
     if args.format == "json":
-        sys.stdout.write(json.dumps(stage_to_data(resolved), indent=2, sort_keys=True) + "\n")
+        out.file.write(json.dumps(stage_to_data(resolved), indent=2, sort_keys=True) + "\n")
     else:
         from servesim.render import resolved_tree
 
@@ -222,7 +271,7 @@ def _schema(args: argparse.Namespace, registry: EngineRegistry, out: Console,
     schema = load_schema(args.which)
     if args.which == "config":  # the options of every registered engine, plugins' included
         add_engine_options(schema, registry)
-    sys.stdout.write(json.dumps(schema, indent=2, sort_keys=True) + "\n")
+    out.file.write(json.dumps(schema, indent=2, sort_keys=True) + "\n")
     return EXIT_OK
 
 
@@ -241,7 +290,7 @@ def _plugins(args: argparse.Namespace, registry: EngineRegistry, out: Console,
                   "modes": [], "description": (f.__doc__ or "").strip().split("\n")[0],
                   **where(o)} for n, f, o in items]
     if args.format == "json":
-        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+        out.file.write(json.dumps(rows, indent=2) + "\n")
         return EXIT_OK
     from rich import box
     from rich.table import Table
@@ -252,8 +301,9 @@ def _plugins(args: argparse.Namespace, registry: EngineRegistry, out: Console,
         source = registry.source(row["plugin"])
         origin = row["plugin"] if source.kind in ("builtin", "module") \
             else f"{row['plugin']} ({source.package or 'in-process'})"
-        table.add_row(Text(row["kind"], no_wrap=True), Text(row["name"], no_wrap=True),
-                      ", ".join(row["modes"]), origin, row["description"])
+        table.add_row(Text(row["kind"], no_wrap=True), Text(shown(row["name"]), no_wrap=True),
+                      Text(shown(", ".join(map(str, row["modes"])))), Text(shown(origin)),
+                      Text(shown(row["description"])))
     out.print(table)
     return EXIT_OK
 
@@ -261,7 +311,9 @@ def _plugins(args: argparse.Namespace, registry: EngineRegistry, out: Console,
 def _warn(err: Console, warnings: Sequence[Diagnostic]) -> None:
     """Warnings on stderr, one per line like errors: ``warning: path: message [code]``."""
     for d in warnings:
-        err.print(Text(f"warning: {d.render()}"))
+        err.print(f"warning: {shown(d.where)}: {shown(d.message)} [{shown(d.code)}]")
+        if d.hint:
+            err.print(f"  hint: {shown(d.hint)}")
 
 
 def load_input(path: str, registry: EngineRegistry) -> tuple[Payload, Path | None]:
@@ -298,31 +350,50 @@ def _replay(args: argparse.Namespace, registry: EngineRegistry, out: Console,
     bar = _progress(err, show_progress)
     audit = check_invariants() if args.check_invariants else contextlib.nullcontext()
     try:
-        with bar, audit:
+        with bar, audit, _deadline(args.timeout):
             outcome = replay_payload(payload, registry=registry, base_dir=base_dir,
                                      requests_out=requests_out, progress=bar.update)
-    except KeyboardInterrupt:
-        kept = f"; finished requests are in {args.requests_out}" if args.requests_out else ""
-        err.print(f"interrupted at virtual time {bar.virtual_ms / 1000:.1f} s: no report "
+    except KeyboardInterrupt as exc:
+        kept = f"; finished requests are in {shown(args.requests_out)}" \
+            if args.requests_out else ""
+        why = f"stopped by --timeout {args.timeout:g}" if isinstance(exc, TimedOut) \
+            else "interrupted"
+        err.print(f"{why} at virtual time {bar.virtual_ms / 1000:.1f} s: no report "
                   f"written{kept}")
         return EXIT_INTERRUPTED
     _warn(err, outcome.warnings)
     report = outcome.report
+    if report.get("num_requests", 0) and not report.get("completed_requests", 0):
+        raise ReplayError([_nothing_completed(args.input, report)])
     text = json.dumps(report, indent=2, sort_keys=True) + "\n"
     if output:
         try:
             _write_output(output, text, "-o")
         except ServesimError:  # the replay is done: its report goes to stdout instead
-            sys.stdout.write(text)
+            out.file.write(text)
             raise
     if args.format == "json":
-        sys.stdout.write(text)
+        out.file.write(text)
     else:
         out.print(report_summary(report, wall_time_ms=outcome.wall_time_ms))
         out.print(report_table(report))
         if args.output:
-            err.print(f"wrote {args.output}")
+            err.print(f"wrote {shown(args.output)}")
     return EXIT_OK
+
+
+def _nothing_completed(where: str, report: dict[str, Any]) -> Diagnostic:
+    """A replay in which no request completed: its figures would all be zero."""
+    from servesim.render import INCOMPLETE_WHY, REJECTED_WHY
+
+    parts = [f"{report.get(f'{status}_requests', 0)} {status} ({why})"
+             for status, why in (("rejected", REJECTED_WHY), ("incomplete", INCOMPLETE_WHY))
+             if report.get(f"{status}_requests", 0)]
+    return Diagnostic(
+        code="nothing-completed", location=where,
+        message=f"no request of {report['num_requests']} completed: {'; '.join(parts)}",
+        hint="shorten the prompts or raise engine.context_length and the KV cache "
+        "(kv_cache.memory_fraction, more GPUs per worker); or let the replay run longer")
 
 
 class _progress:
@@ -361,73 +432,74 @@ class _progress:
 
 def _output_path(arg: str | None, flag: str) -> Path | None:
     """``arg`` as the file an option writes, checked before any work is done (so that a
-    replay's results are not lost to a path that cannot be written): not a folder, in a
-    folder that exists or can be made and takes a new file."""
+    replay's results are not lost to a path that cannot be written): not a folder, a name
+    the file system takes, in a folder that exists or can be made and that we may write.
+    Nothing is created here: a folder is made only when the output is written."""
     if arg is None:
         return None
-    path = Path(arg)
     try:
         if not arg:
             raise FileNotFoundError(2, "the path is empty")
-        if path.is_dir() or arg.endswith(("/", os.sep)):
+        if arg.endswith(("/", os.sep)) or os.path.isdir(arg):
             raise IsADirectoryError(21, "it is a folder")
-        target = Path(os.path.realpath(path))
-        if not target.exists() or target.is_file():  # a device or pipe is written in place
-            target.parent.mkdir(parents=True, exist_ok=True)
-            fd, probe = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-            os.close(fd)
-            os.unlink(probe)
+        target = Path(os.path.realpath(arg))
+        if not is_special(target):  # a device or pipe is written in place
+            folder = target.parent
+            while not folder.exists() and folder != folder.parent:
+                folder = folder.parent
+            if not folder.is_dir():
+                raise NotADirectoryError(20, f"{folder} is not a folder")
+            if not os.access(folder, os.W_OK | os.X_OK):
+                raise PermissionError(13, f"the folder {folder} is not writable")
+            if len(os.fsencode(target.name)) > _name_max(folder):
+                raise OSError(36, "the file name is too long")
     except OSError as exc:
         raise _write_error(flag, arg, exc) from None
-    return path
+    return Path(arg)
+
+
+def _name_max(folder: Path) -> int:
+    try:
+        return os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):
+        return 255
 
 
 def _not_an_input(outputs: dict[str, str | None], inputs: list[str]) -> None:
     """Refuse an output file that is one of the run's ``inputs`` or another output: writing
-    it would destroy what the run reads, or what the other option wrote."""
-    reads = ("this run reads this file (its config, payload, trace or timing table): writing "
-             "it would destroy it")
-    seen = {os.path.realpath(p): reads for p in inputs}
+    it would destroy what the run reads, or what the other option wrote. Files are compared
+    by identity (device and inode), so a hard or symbolic link to an input is that input."""
+    reads = ("this run reads this file (its config, payload, trace, timing table or model "
+             "config.json): writing it would destroy it")
+    seen: dict[object, str] = {identity(p): reads for p in inputs}
+    seen.pop(None, None)
     for flag, arg in outputs.items():
         if not arg:
             continue
-        problem = seen.get(os.path.realpath(arg))
+        key: object = identity(arg) or os.path.realpath(arg)
+        problem = seen.get(key)
         if problem:
             raise ServesimError([Diagnostic(
                 code="output-path", location=f"{flag} {arg}", message=problem,
                 hint="give the path of another file")])
-        seen[os.path.realpath(arg)] = (f"this is also the {flag} file: one output would "
-                                       "overwrite the other")
+        seen[key] = f"this is also the {flag} file: one output would overwrite the other"
 
 
 def _write_error(flag: str, arg: str, exc: OSError) -> ServesimError:
+    if exc.errno == errno.ENXIO:  # a FIFO opened without blocking
+        problem = "it is a pipe that no process reads"
+    else:
+        problem = str(exc.strerror or exc)
     return ServesimError([Diagnostic(
         code="output-path", location=f"{flag} {arg}",
-        message=f"cannot write this file: {exc.strerror or exc}",
+        message=f"cannot write this file: {problem}",
         hint="give the path of a file in a folder you can write")])
 
 
 def _write_output(path: Path, text: str, flag: str) -> None:
-    """Write ``text`` to ``path``, so that a file is either complete or untouched: through a
-    symbolic link to its target, with the permissions a new file gets (or the existing
-    file's); a device or pipe (``/dev/stdout``, a FIFO) is written in place."""
-    target = Path(os.path.realpath(path))
-    tmp: str | None = None
+    """Write ``text`` to ``path`` whole or not at all (see :func:`servesim.files.whole_file`)."""
     try:
-        if target.exists() and not target.is_file():
-            with open(target, "w", encoding="utf-8") as f:
-                f.write(text)
-            return
-        umask = os.umask(0)
-        os.umask(umask)
-        mode = target.stat().st_mode & 0o7777 if target.exists() else 0o666 & ~umask
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with whole_file(path) as f:
             f.write(text)
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
     except OSError as exc:
         raise _write_error(flag, str(path), exc) from None
-    finally:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)

@@ -31,6 +31,7 @@ CONTEXT = 2**31
 TOKENS = 2**24
 COUNT = 2**31
 CONCURRENCY = 2**20
+RANKS = 2**16  # scheduler ranks of one role (replicas x attention_data): each holds state
 
 
 def bounded(lo: float | None = None, hi: float | None = None, *, lo_open: bool = False,

@@ -205,15 +205,27 @@ def map_paths(data: dict[str, Any], fn: Any, *, models: bool = True) -> None:
 
 
 def payload_files(payload: Payload) -> list[str]:
-    """The files a replay of ``payload`` reads (its trace, its timing tables), as named."""
-    files: list[str] = []
+    """The files a replay of ``payload`` reads, as named: see :func:`files_named`."""
+    return files_named(payload_to_dict(payload))
 
-    def collect(path: str) -> str:
-        files.append(path)
+
+def files_named(data: dict[str, Any]) -> list[str]:
+    """The files a payload dict (or a resolved config's) names: its trace, its timing
+    tables and the ``config.json`` of each model folder."""
+    import os
+    from functools import partial
+
+    files: list[str] = []
+    named: list[str] = []  # the same, and model folders
+
+    def collect(into: list[str], path: str) -> str:
+        into.append(path)
         return path
 
-    map_paths(payload_to_dict(payload), collect, models=False)
-    return files
+    map_paths(data, partial(collect, files), models=False)
+    map_paths(data, partial(collect, named))
+    files += [os.path.join(p, "config.json") for p in named if p not in files]
+    return [*dict.fromkeys(files)]
 
 
 def anchor_paths(data: dict[str, Any], folder: str) -> None:

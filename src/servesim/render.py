@@ -18,24 +18,38 @@ from servesim.compiler.model.resolved import Provenance, ResolvedConfig
 from servesim.errors import Diagnostic, format_path
 from servesim.payload import RoleArgs, role_field_path
 
+REJECTED_WHY = ("prompt at or over the context length, or more tokens than a rank's KV cache "
+                "holds")
+INCOMPLETE_WHY = "unfinished when the replay stopped"
 ORIGIN_STYLE = {"authored": "green", "defaulted": "dim", "derived": "cyan"}
+
+
+def shown(text: object) -> str:
+    """``text`` as it may reach a terminal: every character that is not printable (a
+    newline, an escape, a bidirectional override) written as its Python escape, so that
+    a file name, a TOML key or a plugin's string can neither forge a line nor drive the
+    terminal. Rich markup is off in the CLI's consoles: brackets print as they are."""
+    value = str(text)
+    if value.isprintable():
+        return value
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in value)
 
 
 def print_diagnostics(console: Console, diagnostics: Iterable[Diagnostic]) -> None:
     for d in diagnostics:
         line = Text()
         line.append("error: ", style="bold red")
-        line.append(f"{d.where}: ", style="bold")
-        line.append(d.message)
-        line.append(f" [{d.code}]", style="dim")
+        line.append(f"{shown(d.where)}: ", style="bold")
+        line.append(shown(d.message))
+        line.append(f" [{shown(d.code)}]", style="dim")
         console.print(line, highlight=False, soft_wrap=True)
         if d.hint:
-            console.print(Text("  hint: ", style="yellow") + Text(d.hint), highlight=False,
-                          soft_wrap=True)
+            console.print(Text("  hint: ", style="yellow") + Text(shown(d.hint)),
+                          highlight=False, soft_wrap=True)
 
 
 def _leaf(tree: Tree, key: str, value: Any, prov: Provenance | None) -> None:
-    label = Text(f"{key} = ", overflow="fold")
+    label = Text(f"{shown(key)} = ", overflow="fold")
     label.append(_fmt(value), style="bold")
     if prov is not None:
         label.append(f"  ({prov.origin}", style=ORIGIN_STYLE[prov.origin])
@@ -49,7 +63,7 @@ def _fmt(value: Any) -> str:
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, str):
-        return f'"{value}"'
+        return f'"{shown(value)}"'
     if isinstance(value, tuple):
         return "[" + ", ".join(_fmt(v) for v in value) + "]"
     if value is None:
@@ -75,7 +89,7 @@ def resolved_tree(cfg: ResolvedConfig) -> Tree:
                   prov.get(f"engine.kv_transfer.{f.name}"))
     traffic = root.add(Text("traffic", style="bold"))
     for section, values in cfg.workload.items():
-        sub = traffic.add(section)
+        sub = traffic.add(Text(shown(section)))
         for key, value in values.items():
             _leaf(sub, key, value, prov.get(f"traffic.{section}.{key}"))
     if cfg.sla is not None:
@@ -138,6 +152,9 @@ def report_summary(report: Mapping[str, Any], *, wall_time_ms: float | None = No
         ("prefix cache reused", f"{report.get('prefix_cache_reused_ratio', 0.0):.3f}"),
         ("GPU hours", f"{report.get('gpu_hours', 0.0):.4f}"),
     ]
+    for status, why in (("rejected", REJECTED_WHY), ("incomplete", INCOMPLETE_WHY)):
+        if report.get(f"{status}_requests", 0):
+            rows.append((f"{status} requests", f"{report[f'{status}_requests']} ({why})"))
     if "goodput_completed_requests" in report:
         rows.append(("goodput (req/s)", f"{report['goodput_request_throughput_rps']:.3f}"))
     if wall_time_ms is not None:

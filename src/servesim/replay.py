@@ -7,12 +7,13 @@ wall time) is therefore returned beside the report, never inside it.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import hashlib
 import json
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +23,11 @@ from servesim import __version__
 from servesim.engines.kernel.metrics import MetricsCollector, request_record_json
 from servesim.engines.kernel.requests import RequestRecord
 from servesim.errors import Diagnostic, PayloadError, ServesimError
+from servesim.files import whole_file
 from servesim.payload import Payload, map_paths, payload_to_dict
+from servesim.plugins import checked
 from servesim.plugins.manager import EngineRegistry
+from servesim.rules import prompt_over_budget
 from servesim.timing.measured import measured_notes
 from servesim.timing.registry import make_timer, use_providers
 from servesim.workloads import (
@@ -33,8 +37,11 @@ from servesim.workloads import (
     unreadable_trace,
     validate_trace,
 )
+from servesim.workloads.mooncake import iter_trace_rows
 from servesim.workloads.spec import (
     TRACE_FORMATS,
+    SessionSource,
+    SyntheticSource,
     TimestampLoad,
     TraceSource,
     parse_workload_spec,
@@ -70,14 +77,26 @@ def check_input_files(payload: Payload, *, registry: EngineRegistry,
     out: list[Diagnostic] = []
     spec = parse_workload_spec(payload.workload, formats=tuple(registry.trace_formats))
     source = spec.source
+    first_prompt: int | None = None  # the first request's prompt: nothing of it is cached
     if isinstance(source, TraceSource):
         path = resolve_trace_path(source.path, base_dir)
         if source.format in TRACE_FORMATS:
             out += validate_trace(path, source.format, source.block_size, display=source.path,
                                   require_timestamps=isinstance(spec.load, TimestampLoad))
+            if not out:
+                with closing(iter_trace_rows(path, source.path, source.block_size)) as rows:
+                    first_prompt = next(rows).input_length
         else:
             unreadable = unreadable_trace(path, source.path)
             out += [unreadable] if unreadable else []
+    elif isinstance(source, SyntheticSource):
+        first_prompt = source.input_tokens
+    elif isinstance(source, SessionSource):
+        first_prompt = source.new_input_tokens_per_turn
+    for role in payload.roles.values():
+        if first_prompt is not None and role.worker_type != "decode":
+            problem = prompt_over_budget(role, 0, first_prompt)
+            out += [problem] if problem else []
     with use_providers(registry.timing_providers):
         for role in payload.roles.values():
             try:
@@ -95,7 +114,9 @@ def replay_payload(payload: Payload, *, registry: EngineRegistry, base_dir: Path
     """Check the payload with its engine's rules, replay it, return the report.
 
     Per-request records stream to ``requests_out`` (JSON lines) as requests finish, so
-    memory per finished request stays O(1) beyond the latency samples.
+    memory per finished request stays O(1) beyond the latency samples; they go to a
+    temporary file beside it, renamed over it when the replay ends, so a replay that fails
+    leaves the previous file in place.
     """
     engine = registry.get(payload.engine)
     if engine is None:
@@ -104,8 +125,10 @@ def replay_payload(payload: Payload, *, registry: EngineRegistry, base_dir: Path
             message=f"no engine named {payload.engine!r} is registered (registered: "
             f"{', '.join(registry.names()) or 'none'})")])
     hook = f"{type(engine).__qualname__}.%s"  # plugin errors name the engine method
-    with registry.guard(payload.engine, hook % "validate_payload"):
-        diags = engine.validate_payload(payload)
+    source = registry.source_of(payload.engine)
+    third_party = source.kind != "builtin"  # a built-in's bookkeeping is audited instead
+    diags = registry.diagnostics(payload.engine, hook % "validate_payload",
+                                 lambda: engine.validate_payload(payload))
     if diags:
         raise PayloadError(diags)
     with use_providers(registry.timing_providers):
@@ -115,17 +138,23 @@ def replay_payload(payload: Payload, *, registry: EngineRegistry, base_dir: Path
     with build_workload(payload.workload, base_dir=base_dir,
                         formats=registry.trace_formats) as workload, \
             use_providers(registry.timing_providers), _fewer_collections(), \
-            registry.guard(payload.engine, hook % "replay"):
-        if requests_out is None:
-            result = engine.replay(payload, workload, collector.add, progress=progress)
-        else:
-            requests_out.parent.mkdir(parents=True, exist_ok=True)
-            with requests_out.open("w", encoding="utf-8") as f:
-                def sink(record: RequestRecord) -> None:
-                    collector.add(record)
-                    f.write(json.dumps(request_record_json(record), sort_keys=True) + "\n")
+            registry.guard(payload.engine, hook % "replay"), contextlib.ExitStack() as stack:
+        sink: Callable[[RequestRecord], None] = collector.add
+        if requests_out is not None:  # renamed over it at the end (on Ctrl-C too)
+            f = stack.enter_context(whole_file(requests_out, keep_on_interrupt=True))
 
-                result = engine.replay(payload, workload, sink, progress=progress)
+            def sink(record: RequestRecord) -> None:
+                collector.add(record)
+                f.write(json.dumps(request_record_json(record), sort_keys=True) + "\n")
+
+        if third_party:
+            ledger = checked.Ledger(source, hook % "replay", sink)
+            value = engine.replay(payload, ledger.workload(workload), ledger.sink,
+                                  progress=progress)
+            result = checked.result(source, hook % "replay", value)
+            ledger.check_complete()
+        else:
+            result = engine.replay(payload, workload, sink, progress=progress)
     wall_ms = (time.perf_counter() - started) * 1000.0
     extra = {**result.extra, **provenance(payload, base_dir)}
     if timing_sources:

@@ -20,6 +20,7 @@ from typing import Any
 
 import attrs
 
+from servesim import limits
 from servesim.catalog import CatalogError, load_model
 from servesim.converter import check_limits, check_limits_of_field
 from servesim.errors import Diagnostic, Path
@@ -226,9 +227,32 @@ def parallelism(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
         yield _d(code, (*path, "parallelism", key), message)
 
 
+def startup(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
+    """``startup_seconds`` delays workers that join during a run; a replay starts every
+    worker at t=0 and adds none, so a value would change nothing: refused, not ignored."""
+    if r.startup_seconds and _in_limits(r, "startup_seconds"):
+        yield _d("unsupported-field", (*path, "startup_seconds"),
+                 f"startup_seconds = {r.startup_seconds:g} would have no effect: it delays "
+                 "workers that join during a run, and a replay starts every worker at t=0",
+                 "remove startup_seconds")
+
+
+def rank_count(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
+    """The role's scheduler ranks (each with its queues and block pool) fit in a replay."""
+    if not (_in_limits(r, "replicas") and _in_limits(r, "attention_data")):
+        return  # value_limits reports it
+    ranks = r.replicas * r.attention_data
+    if ranks > limits.RANKS:
+        yield _d("out-of-range", (*path, "parallelism"),
+                 f"replicas x attention_data = {r.replicas} x {r.attention_data} = {ranks} "
+                 f"scheduler ranks, more than the {limits.RANKS} a replay holds",
+                 "lower replicas or attention_data (a replay of fewer replicas with the same "
+                 "load per replica gives the same latencies)")
+
+
 ROLE_RULES: tuple[RoleRule, ...] = (
     value_limits, backend_fields, timing_values, state_cache_geometry, prefix_match_unit,
-    speculation, parallelism,
+    speculation, parallelism, startup, rank_count,
 )
 
 
@@ -288,6 +312,7 @@ def _pd_rules(prefill: RoleArgs, decode: RoleArgs,
     if kv_transfer is not None:
         for d in check_limits(kv_transfer, ("engine", "kv_transfer")):
             yield attrs.evolve(d, stage="validate")
+        yield from _transfer_time(decode, kv_transfer)
         # the prefill worker sends each request's state with its KV (spec §3.7)
         state = prefill.state_cache.bytes_per_request if prefill.state_cache else 0
         if kv_transfer.state_bytes != state:
@@ -295,3 +320,37 @@ def _pd_rules(prefill: RoleArgs, decode: RoleArgs,
                       is None else f"the prefill role's state_cache.bytes_per_request, {state}")
             yield _d("pd-state-cache", ("engine", "kv_transfer", "state_bytes"),
                      f"must be {should}, got {kv_transfer.state_bytes}")
+
+
+def prompt_over_budget(role: RoleArgs, request_id: int, tokens: int) -> Diagnostic | None:
+    """The admission rule of a prompt with chunked prefill off: its ``tokens`` uncached
+    tokens must fit one pass (``max_batched_tokens``), or the replay would deadlock. A
+    prompt at or over the context length is rejected instead, and is no problem here.
+    The scheduler applies it to every prompt, ``validate`` to the first of the traffic."""
+    if role.enable_chunked_prefill or tokens <= role.max_batched_tokens or (
+            role.max_model_len is not None and tokens >= role.max_model_len):
+        return None
+    return Diagnostic(
+        code="request-unschedulable",
+        path=("engine", "workers", role.worker_type, "scheduler", "max_batched_tokens"),
+        message=f"request {request_id} needs {tokens} uncached prompt tokens in one pass, but "
+        f"chunked prefill is disabled and max_batched_tokens is {role.max_batched_tokens}; "
+        "the replay would deadlock",
+        hint="set enable_chunked_prefill = true, or raise scheduler.max_batched_tokens to at "
+        f"least {tokens}")
+
+
+def _transfer_time(decode: RoleArgs, kv: KvTransferArgs) -> Iterator[Diagnostic]:
+    """The longest prompt's KV transfer ends within the virtual time a replay spans, where
+    times still step in fractions of a millisecond."""
+    from servesim.engines.disagg.transfer import transfer_delay_ms
+
+    tokens = decode.max_model_len or limits.TOKENS
+    longest = transfer_delay_ms(attrs.evolve(kv, timing_mode="full_prompt"), tokens, tokens)
+    if longest > limits.VIRTUAL_MS:
+        yield _d("out-of-range", ("engine", "kv_transfer", "bandwidth_gb_per_second"),
+                 f"a {tokens}-token prompt at bytes_per_token = {kv.bytes_per_token}"
+                 f"{f' plus state_bytes = {kv.state_bytes}' if kv.state_bytes else ''} takes "
+                 f"{longest:.3g} ms to cross {kv.bandwidth_gb_per_second:g} GB/s, more than "
+                 f"the {limits.VIRTUAL_MS:g} ms a replay spans",
+                 "raise bandwidth_gb_per_second, or check bytes_per_token")

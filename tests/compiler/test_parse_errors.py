@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -74,12 +75,15 @@ def test_file_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         "missing.toml": "missing.toml: file not found [file-not-found]",
         "folder.toml": "folder.toml: is a directory, expected a TOML file [file-unreadable]",
         "latin1.toml": "latin1.toml: not UTF-8 text (byte 21) [not-utf8]",
-        "huge.toml": f"huge.toml: file is over {MAX_CONFIG_BYTES} bytes, the most a config "
-                     "or payload may be [file-too-large]",
-        # an endless device is read no further than the limit
-        "/dev/zero": f"/dev/zero: file is over {MAX_CONFIG_BYTES} bytes, the most a config "
-                     "or payload may be [file-too-large]",
+        "huge.toml": f"huge.toml: file is over {MAX_CONFIG_BYTES} bytes, the most a TOML "
+                     "file may be [file-too-large]",
+        # an endless device, a pipe no one writes: not read at all
+        "/dev/zero": "/dev/zero: is not a regular file (a device, pipe or socket), expected a "
+                     "TOML file [file-unreadable]",
+        "fifo.toml": "fifo.toml: is not a regular file (a device, pipe or socket), expected a "
+                     "TOML file [file-unreadable]",
     }
+    os.mkfifo(tmp_path / "fifo.toml")
     for name, line in expected.items():
         with pytest.raises(CompileError) as info:
             compile_file(name, registry=REGISTRY)

@@ -730,8 +730,8 @@ TRACE = '[traffic.source]\ntype = "trace"\npaths = ["t.jsonl"]\n'
     (TRACE + '[traffic.load]\ntype = "poisson"\nrequests_per_second = 1.0\n', [
         "traffic.load.type: trace load must be trace_timestamps or concurrency "
         "[traffic-load]"]),
-    (TRACE + "[traffic.stop]\nrequests = 3\n", [
-        "traffic.stop.requests: trace stop accepts only max_virtual_time_seconds "
+    (TRACE + "[traffic.stop]\nsessions = 3\n", [
+        "traffic.stop.sessions: trace stop accepts only requests and max_virtual_time_seconds "
         "[traffic-stop]"]),
     ('[traffic.source]\ntype = "trace"\npaths = ["a", "b"]\n', [
         "traffic.source.paths: mooncake traces take exactly one path, got 2 [traffic-key]"]),

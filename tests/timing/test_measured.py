@@ -190,6 +190,22 @@ def test_a_damaged_cache_file_is_computed_again(
     assert json.loads(cached.read_text(encoding="utf-8"))["source"] == first.source
 
 
+def test_a_cache_file_that_is_a_pipe_is_not_read(compile_toml: Callable[..., Any],
+                                                  cache: Path) -> None:
+    import os
+
+    from servesim.timing import measured
+
+    role = compile_toml(MEASURED.format(gpu="h100_sxm", quant="fp8")).roles["aggregated"]
+    first = measured.grid_for(role)
+    (cached,) = cache.glob("measured-*.json")
+    cached.unlink()
+    os.mkfifo(cached)  # no writer: reading it would block forever
+    measured._GRIDS.clear()
+    assert measured.grid_for(role) == first  # computed again, and the pipe replaced
+    assert json.loads(cached.read_text(encoding="utf-8"))["source"] == first.source
+
+
 def test_uncovered_role_warns_and_replays_with_the_default_timing(
         servesim_cli: Callable[..., Any], tmp_path: Path, cache: Path) -> None:
     config = tmp_path / "a100_nvfp4.toml"

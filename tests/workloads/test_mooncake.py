@@ -71,7 +71,7 @@ def test_aliases_and_blank_lines(write_trace: WriteTrace) -> None:
         "",
         "   ",
         {"hash_ids": [2], "input_length": 4, "output_length": 2, "timestamp": 9,
-         "request_id": "abc", "priority": 3, "output_token_ids": [11, 12]},
+         "output_token_ids": [11, 12]},
     ])
     a, b = rows_of(path)
     assert (a.input_length, a.output_length, a.timestamp_ms, a.line) == (10, 3, 5.0, 1)
@@ -276,6 +276,17 @@ ERRORS: list[tuple[list[Any], int, str]] = [
      "'input_length' must be a non-negative integer, got 7.5"),
     ([{"hash_ids": [1], "output_length": 1, "input_length": -5}], 1,
      "'input_length' must be a non-negative integer, got -5"),
+    # numbers past what a float holds, or a replay could take
+    ([{"hash_ids": [1], "output_length": 1, "input_length": 10**309}], 1,
+     "input_length " + "1" + "0" * 309 + " exceeds hash_ids capacity 512 (1 hash_ids x "
+     "block_size 512)"),
+    ([{"hash_ids": [1], "output_length": 1, "timestamp": 10**309}], 1,
+     "'timestamp' must be a number of milliseconds from 0 to 9.0072e+15, got "
+     + "1" + "0" * 56 + "..."),
+    ([{"hash_ids": [1], "output_length": 1, "session_id": "s", "timestamp": 0},
+      {"hash_ids": [1], "output_length": 1, "session_id": "s", "delay": 10**309}], 2,
+     "'delay' must be a number of milliseconds from 0 to 1e+12, got "
+     + "1" + "0" * 56 + "..."),
     ([{"hash_ids": [7, 8], "output_length": 1, "input_length": 1100}], 1,
      "input_length 1100 exceeds hash_ids capacity 1024 (2 hash_ids x block_size 512)"),
     ([{"hash_ids": [], "output_length": 1}], 1, "the prompt is empty (input_length 0)"),
@@ -495,3 +506,20 @@ def test_a_gzip_compressed_trace_is_named_as_such(tmp_path: Path) -> None:
     (d,) = info.value.diagnostics
     assert (d.location, d.message) == ("trace.jsonl.gz:1", "the file is gzip-compressed")
     assert d.hint == "decompress it (gunzip) and name the .jsonl file"
+
+
+def test_a_line_past_the_limit_is_refused_without_being_held(tmp_path: Path) -> None:
+    from servesim.workloads.mooncake import MAX_LINE_BYTES, validate_trace
+
+    path = tmp_path / "t.jsonl"
+    row = b'{"timestamp": 0, "input_length": 20, "output_length": 3, "hash_ids": [1]}\n'
+    with open(path, "wb") as f:
+        f.write(row)
+        f.write(b" " * (MAX_LINE_BYTES + 10) + b"\n")
+        f.write(row.replace(b'"timestamp": 0', b'"timestamp": "x"'))
+    assert [d.render() for d in validate_trace(path, block_size=512, display="t.jsonl")] == [
+        f"t.jsonl:2: the line is over {MAX_LINE_BYTES} bytes [trace-bad-row]\n  hint: split "
+        "the row, or use a larger traffic.source.block_size (fewer hash ids)",
+        "t.jsonl:3: 'timestamp' must be a number of milliseconds from 0 to 9.0072e+15, got "
+        "'x' [trace-bad-field]\n  hint: set 'timestamp' to a number of milliseconds in that "
+        "range"]

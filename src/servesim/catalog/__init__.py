@@ -18,6 +18,8 @@ from typing import Any, Literal
 
 import attrs
 
+from servesim.files import MiB, Unreadable, read_bounded
+
 __all__ = [
     "ATTENTION_KINDS",
     "RECURRENT_KINDS",
@@ -96,6 +98,7 @@ class LinearAttention:
     ssm_dtype: str | None = None
 
 
+MAX_MODEL_CONFIG_BYTES = 4 * MiB  # a Hugging Face config.json is a few kB
 CONFIG_INT_MAX = 2**31 - 1  # any size or count a config.json gives
 MAX_LAYERS = 2**16
 
@@ -755,11 +758,15 @@ def load_model(name: str) -> ModelInfo:
     if is_dir:
         cfg = path / "config.json"
         try:
-            text = cfg.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise ModelConfigError(f"model directory {name!r} has no config.json") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ModelConfigError(f"cannot read {cfg}: {exc}") from None
+            text = read_bounded(cfg, "a model's config.json", MAX_MODEL_CONFIG_BYTES).decode(
+                "utf-8-sig")
+        except Unreadable as exc:
+            if exc.code == "file-not-found":
+                raise ModelConfigError(f"model directory {name!r} has no config.json") from None
+            raise ModelConfigError(f"cannot read {cfg}: {exc.message}") from None
+        except UnicodeDecodeError as exc:
+            raise ModelConfigError(f"cannot read {cfg}: not UTF-8 text (byte {exc.start})"
+                                   ) from None
         try:
             return ModelInfo.from_config(name, _parse_json(text, str(cfg)))
         except CatalogError as exc:

@@ -71,8 +71,8 @@ def _engine(e: ParsedEngine, registry: EngineRegistry) -> Iterator[Diagnostic]:
     if options is not None:
         engine = registry.get(name)
         assert engine is not None
-        with registry.guard(name, f"{cls.__qualname__}.check_options"):
-            yield from engine.check_options(options)
+        yield from registry.diagnostics(name, f"{cls.__qualname__}.check_options",
+                                        lambda: engine.check_options(options))
 
 
 def _timing(cfg: ParsedConfig, registry: EngineRegistry) -> Iterator[Diagnostic]:

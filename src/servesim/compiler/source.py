@@ -10,6 +10,7 @@ from typing import Any
 import attrs
 
 from servesim.errors import CompileError, Diagnostic, ServesimError
+from servesim.files import Unreadable, read_bounded
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -46,24 +47,13 @@ class SourceText:
 
 
 def read_input(path: Path, what: str, error: type[ServesimError]) -> bytes:
-    """The bytes of an input file (``what``: "a TOML file", "a JSON payload"), read no
-    further than :data:`MAX_CONFIG_BYTES` (a device can be endless); a file that cannot be
-    read raises ``error`` located at the path."""
+    """The bytes of an input file (``what``: "a TOML file", "a JSON payload"): a regular
+    file of at most :data:`MAX_CONFIG_BYTES`; one that is not raises ``error`` located at
+    the path."""
     try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_CONFIG_BYTES + 1)
-    except FileNotFoundError:
-        raise error([_diag(str(path), "file not found", "file-not-found")]) from None
-    except IsADirectoryError:
-        raise error([_diag(str(path), f"is a directory, expected {what}",
-                           "file-unreadable")]) from None
-    except OSError as exc:  # a symbolic-link loop, no permission
-        raise error([_diag(str(path), f"cannot read: {exc.strerror or exc}",
-                           "file-unreadable")]) from None
-    if len(data) > MAX_CONFIG_BYTES:
-        raise error([_diag(str(path), f"file is over {MAX_CONFIG_BYTES} bytes, the most a "
-                           "config or payload may be", "file-too-large")])
-    return data
+        return read_bounded(path, what, MAX_CONFIG_BYTES)
+    except Unreadable as exc:
+        raise error([_diag(str(path), exc.message, exc.code)]) from None
 
 
 def _diag(location: str, message: str, code: str) -> Diagnostic:

@@ -38,7 +38,8 @@ DISABLE_AUTOLOAD_ENV = "SERVESIM_DISABLE_PLUGIN_AUTOLOAD"
 BUILTIN = "servesim.builtin"
 # what third-party code may raise that servesim reports instead of ending with it: a plugin
 # calling sys.exit() is a bug in the plugin, like any exception (Ctrl-C still stops servesim)
-PLUGIN_FAULTS = (Exception, SystemExit)
+# (GeneratorExit too: raised by a plugin, it is no request to close a generator of ours)
+PLUGIN_FAULTS = (Exception, SystemExit, GeneratorExit)
 
 
 class PluginError(ServesimError):
@@ -225,14 +226,25 @@ class EngineRegistry:
         engines: dict[str, tuple[type[Engine], str]] = {}
         hook = "servesim_register_engines"
         for source, classes in _call_each(pm, hook, sources):
+            if not isinstance(classes, list | tuple):
+                raise _bad_registration(source, hook, f"returned {classes!r:.60}, expected a "
+                                        "list of Engine subclasses")
             for engine_cls in classes:
-                name = getattr(engine_cls, "NAME", None)
                 if not (isinstance(engine_cls, type) and issubclass(engine_cls, Engine)):
                     raise _bad_registration(source, hook, f"returned {engine_cls!r}, not an "
                                             "Engine subclass")
+                with reported_as(source, f"{engine_cls.__qualname__} attributes"):
+                    name = getattr(engine_cls, "NAME", None)
+                    modes = getattr(engine_cls, "MODES", None)
+                    description = getattr(engine_cls, "DESCRIPTION", None)
                 if not isinstance(name, str) or not name:
                     raise _bad_registration(source, hook, f"registered {engine_cls!r} "
                                             "without a NAME")
+                if not isinstance(modes, tuple) or not all(isinstance(m, str) for m in modes) \
+                        or not isinstance(description, str):
+                    raise _bad_registration(source, hook, f"registered {engine_cls!r}, whose "
+                                            "MODES is no tuple of strings or DESCRIPTION no "
+                                            "string")
                 if name in engines:
                     raise _duplicate("engine", name, sources[engines[name][1]], source)
                 engines[name] = (engine_cls, source.name)
@@ -249,7 +261,9 @@ class EngineRegistry:
             if not isinstance(mapping, Mapping):
                 raise _bad_registration(source, hook, f"returned {type(mapping).__name__}, "
                                         "expected a mapping of name to callable")
-            for name, value in mapping.items():
+            with reported_as(source, hook):  # a mapping of its own may raise while read
+                items = list(mapping.items())
+            for name, value in items:
                 if not isinstance(name, str) or not name or not callable(value):
                     raise _bad_registration(source, hook, f"registered {name!r}: {value!r}; "
                                             "expected a nonempty name and a callable")
@@ -290,6 +304,23 @@ class EngineRegistry:
         entry = self._engines.get(engine)
         with reported_as(self.source(entry[1]) if entry else None, hook):
             yield
+
+    def diagnostics(self, engine: str, hook: str, call: Callable[[], Any]) -> list[Diagnostic]:
+        """What ``call`` (engine ``engine``'s ``hook``) returns, guarded and checked to be a
+        list of diagnostics (see :mod:`servesim.plugins.checked`)."""
+        from servesim.plugins.checked import diagnostics
+
+        with self.guard(engine, hook):
+            value = call()
+        entry = self._engines.get(engine)
+        source = self.source(entry[1]) if entry else None
+        if source is None or source.kind == "builtin":
+            return list(value)
+        return diagnostics(source, hook, value)
+
+    def source_of(self, engine: str) -> PluginSource:
+        """The :class:`PluginSource` of the plugin that registered engine ``engine``."""
+        return self.source(self.origin(engine))
 
     # -- timing providers and trace formats -----------------------------------------------
 

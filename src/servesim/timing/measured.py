@@ -50,6 +50,7 @@ from typing import Any
 import attrs
 
 from servesim.errors import Diagnostic, ReplayError
+from servesim.files import MiB, Unreadable, read_bounded
 from servesim.payload import RoleArgs
 from servesim.timing.analytical import AnalyticalTimer, timer_from_role
 
@@ -311,10 +312,9 @@ def cache_dir() -> Path:
 
 def _read_cached(path: Path) -> MeasuredGrid | None:
     try:
-        if not path.is_file() or path.stat().st_size > 64 << 20:
-            return None
-        return MeasuredGrid.from_json(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, ValueError, KeyError, TypeError):
+        data = read_bounded(path, "a cached table", 64 * MiB)  # a regular file, bounded
+        return MeasuredGrid.from_json(json.loads(data.decode("utf-8")))
+    except (Unreadable, ValueError, KeyError, TypeError, RecursionError):
         return None  # a damaged or foreign file: computed again and replaced
 
 

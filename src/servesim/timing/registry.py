@@ -63,12 +63,24 @@ def _table(role: RoleArgs) -> StepTimer:
 
     path = _checked(role).timing.path
     assert path is not None
+    key = _timing_path(role, "path")
     try:
-        return TableTimer(path)
+        timer = TableTimer(path, key=key)
     except ReplayError as exc:
-        hint = "check " + ".".join(_timing_path(role, "path"))
+        hint = "check " + ".".join(key)
         raise ReplayError([attrs.evolve(d, hint=d.hint or hint)
                            for d in exc.diagnostics]) from None
+    # the passes this role runs: a table without their rows could price none of them
+    needed = {"prefill": ("prefill",), "decode": ("decode",)}.get(
+        role.worker_type, ("prefill", "decode"))
+    missing = timer.missing(needed)
+    if missing:
+        raise ReplayError([Diagnostic(
+            code="timing-table-range", path=key,
+            message=f"the table has no {' or '.join(missing)} rows, but the "
+            f"{role.worker_type} workers run {' and '.join(needed)} passes",
+            hint="add rows with prefill_tokens > 0 (prefill) and prefill_tokens = 0 (decode)")])
+    return timer
 
 
 PROVIDERS: Mapping[str, TimerFactory] = MappingProxyType(

@@ -19,15 +19,18 @@ from __future__ import annotations
 import bisect
 import csv
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import attrs
 
 from servesim import limits
 from servesim.errors import Diagnostic, ReplayError
+from servesim.files import MiB, Unreadable, read_bounded
 
 __all__ = ["TableTimer", "load_table"]
+
+MAX_TABLE_BYTES = 64 * MiB  # a measured grid has thousands of rows, not millions
 
 COLUMNS = ("batch_size", "prefill_tokens", "kv_read_tokens", "latency_ms")
 
@@ -41,14 +44,15 @@ class _Grid:
     axes: tuple[tuple[float, ...], ...]
     values: tuple[float, ...]
 
-    def __call__(self, point: Sequence[float], source: str) -> float:
+    def __call__(self, point: Sequence[float], source: str,
+                 key: tuple[str, ...] = ()) -> float:
         # locate each coordinate: (lower index, weight of the upper neighbour)
         cells: list[tuple[int, float]] = []
         for name, axis, x in zip(self.names, self.axes, point, strict=True):
             lo, hi = axis[0], axis[-1]
             if not lo <= x <= hi:
                 raise ReplayError([Diagnostic(
-                    code="timing-table-range",
+                    code="timing-table-range", path=key,
                     message=f"{self.kind} pass at {self._fmt(point)} is outside the measured "
                     f"table {source}: {name} {x:g} not in [{lo:g}, {hi:g}]",
                     hint="measure more points or use the analytical default timing")])
@@ -108,20 +112,33 @@ def _bad(location: str, message: str) -> ReplayError:
                                    message=message)])
 
 
+def _csv_rows(text: str, source: str) -> Iterator[tuple[int, list[str]]]:
+    """``(line number, cells)`` of each CSV row; a row the csv module refuses (a cell over
+    its field limit, an unclosed quote) is a table error at its line."""
+    reader = csv.reader(text.splitlines())  # one row per line: line_num is the line
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise _bad(f"{source}:{reader.line_num}", f"not a CSV row: {exc}") from None
+        yield reader.line_num, row
+
+
 def load_table(path: str | Path, *, display: str | None = None) -> tuple[_Grid | None,
                                                                           _Grid | None]:
     """Parse and check a latency table; ``(prefill grid, decode grid)``."""
     source = display or str(path)
     try:
-        if not Path(path).is_file():  # a device or pipe could be endless or block
-            kind = "a folder" if Path(path).is_dir() else "not a regular file" if Path(
-                path).exists() else "not found"
-            raise _bad(source, f"the timing table is {kind}; expected a CSV file")
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise _bad(source, f"cannot read the timing table: {exc}") from None
-    reader = csv.reader(text.splitlines())
-    header = next(reader, None)
+        text = read_bounded(path, "a timing table (CSV)", MAX_TABLE_BYTES).decode("utf-8-sig")
+    except Unreadable as exc:
+        raise _bad(source, f"cannot read the timing table: {exc.message}") from None
+    except UnicodeDecodeError as exc:
+        raise _bad(source, f"cannot read the timing table: not UTF-8 text (byte {exc.start})"
+                   ) from None
+    rows = _csv_rows(text, source)
+    header = next(rows, (1, None))[1]
     if header is None:
         raise _bad(f"{source}:1", "empty timing table (expected a header "
                    + ",".join(COLUMNS) + ")")
@@ -133,7 +150,7 @@ def load_table(path: str | Path, *, display: str | None = None) -> tuple[_Grid |
     idx = [header.index(c) for c in COLUMNS]
     prefill: dict[tuple[float, ...], tuple[float, int]] = {}
     decode: dict[tuple[float, ...], tuple[float, int]] = {}
-    for line_no, row in enumerate(reader, start=2):
+    for line_no, row in rows:
         if not row or all(not cell.strip() for cell in row):
             continue
         where = f"{source}:{line_no}"
@@ -175,11 +192,18 @@ def load_table(path: str | Path, *, display: str | None = None) -> tuple[_Grid |
 class TableTimer:
     """Interpolates a measured latency table (see the module docstring)."""
 
-    __slots__ = ("_decode", "_prefill", "source")
+    __slots__ = ("_decode", "_prefill", "key", "source")
 
-    def __init__(self, path: str | Path, *, display: str | None = None) -> None:
+    def __init__(self, path: str | Path, *, display: str | None = None,
+                 key: tuple[str, ...] = ()) -> None:
         self.source = display or str(path)
+        self.key = key  # the config key naming the table: where its range errors point
         self._prefill, self._decode = load_table(path, display=display)
+
+    def missing(self, kinds: Sequence[str]) -> list[str]:
+        """Which of ``kinds`` ("prefill", "decode") the table has no rows of."""
+        grids = {"prefill": self._prefill, "decode": self._decode}
+        return [kind for kind in kinds if grids[kind] is None]
 
     def prefill_ms(self, batch: int, mean_isl: float, mean_prefix: float) -> float:
         new = mean_isl - mean_prefix
@@ -188,7 +212,7 @@ class TableTimer:
         point = (float(batch), float(batch) * new, float(batch) * mean_prefix)
         if self._prefill is None:
             raise self._no_rows("prefill", point)
-        return self._prefill(point, self.source)
+        return self._prefill(point, self.source, self.key)
 
     def decode_ms(
         self, batch: int, active_kv_tokens: int, mean_context: float, total_kv_tokens: int
@@ -198,10 +222,10 @@ class TableTimer:
         point = (float(batch), float(active_kv_tokens))
         if self._decode is None:
             raise self._no_rows("decode", point)
-        return self._decode(point, self.source)
+        return self._decode(point, self.source, self.key)
 
     def _no_rows(self, kind: str, point: tuple[float, ...]) -> ReplayError:
         return ReplayError([Diagnostic(
-            code="timing-table-range",
+            code="timing-table-range", path=self.key,
             message=f"{kind} pass at {point} cannot be priced: the table {self.source} has no "
             f"{kind} rows")])

@@ -19,12 +19,13 @@ have unread rows. Every problem is a :class:`~servesim.errors.WorkloadError` loc
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import json.scanner
 import math
 from collections import deque
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, cast
@@ -38,6 +39,10 @@ from servesim.errors import Diagnostic, WorkloadError
 # epoch) is at most 2**53 ms, where a float still counts every millisecond.
 SPAN_MS = limits.SECONDS * 1000.0
 TIMESTAMP_MS = float(limits.BIG)
+# every key a row may hold (aliases included); any other key is refused, as a misspelt
+# "input_len" would otherwise be replayed with the default length
+ROW_KEYS = ("timestamp", "created_time", "input_length", "input_tokens", "output_length",
+            "output_tokens", "output_token_ids", "hash_ids", "session_id", "delay", "delay_ms")
 ROW_EXAMPLE = '{"timestamp": 0, "input_length": 700, "output_length": 10, "hash_ids": [7, 8]}'
 
 
@@ -97,21 +102,43 @@ def _session_key(value: Any) -> str | None:
     return None
 
 
+MAX_LINE_BYTES = 64 * 1024 * 1024  # a row of millions of hash ids; a longer one is refused
+MIXED = -1  # the count of a session_id written both as a number and as a string
+
+
+def read_line(f: IO[bytes]) -> bytes | None:
+    """The next line of ``f`` (``b""`` at the end), or ``None`` for a line over
+    :data:`MAX_LINE_BYTES`, which is skipped to its end without being held in memory."""
+    raw = f.readline(MAX_LINE_BYTES + 1)
+    if len(raw) <= MAX_LINE_BYTES:
+        return raw
+    while raw and not raw.endswith(b"\n"):
+        raw = f.readline(1 << 20)
+    return None
+
+
 def count_session_rows(path: Path) -> dict[str, int]:
-    """Rows per explicit ``session_id`` (one streaming pass; malformed lines are skipped)."""
+    """Rows per explicit ``session_id`` (one streaming pass; malformed lines are skipped);
+    :data:`MIXED` for an id written both as a number and as a string (``1`` and ``"1"``),
+    which the reader refuses rather than merge two sessions."""
     counts: dict[str, int] = {}
+    numbers: set[str] = set()  # ids written as numbers (rarely mixed with strings)
+    strings: set[str] = set()
     with open(path, "rb") as f:
-        for raw in f:
-            if b"session_id" not in raw and b"\\u" not in raw:
+        while (raw := read_line(f)) != b"":
+            if raw is None or (b"session_id" not in raw and b"\\u" not in raw):
                 continue
             try:
-                obj = json.loads(raw.decode("utf-8"))
+                obj = json.loads(raw.decode("utf-8-sig"))
             except (ValueError, RecursionError):
                 continue
             if isinstance(obj, dict) and "session_id" in obj:
                 key = _session_key(obj["session_id"])
                 if key is not None:
                     counts[key] = counts.get(key, 0) + 1
+                    (strings if isinstance(obj["session_id"], str) else numbers).add(key)
+    for key in numbers & strings:
+        counts[key] = MIXED
     return counts
 
 
@@ -256,7 +283,12 @@ class MooncakeReader:
                 raise WorkloadError([Diagnostic(
                     code="trace-unreadable", message=f"cannot read trace: {exc.strerror}",
                     location=self._display, hint=TRACE_HINT)]) from exc
-        raw = self._file.readline()
+        raw = read_line(self._file)
+        if raw is None:
+            self._line += 1
+            raise self._error("trace-bad-row", f"the line is over {MAX_LINE_BYTES} bytes",
+                              "split the row, or use a larger traffic.source.block_size (fewer "
+                              "hash ids)")
         if not raw:
             empty = self._data_lines == 0
             line = max(self._line, 1)
@@ -277,7 +309,7 @@ class MooncakeReader:
 
     def _parse(self, raw: bytes) -> TraceRow:
         try:
-            obj = _loads(raw.strip().decode("utf-8"))
+            obj = _loads(raw.strip().decode("utf-8-sig"))  # a BOM as in configs
         except UnicodeDecodeError as exc:
             if self._line == 1 and raw.startswith(b"\x1f\x8b"):
                 raise self._error("trace-bad-json", "the file is gzip-compressed",
@@ -323,7 +355,8 @@ class MooncakeReader:
     def _millis(self, name: str, value: Any, hi: float) -> float:
         # (a tuple, not ``int | float``: the union would be built anew on every call)
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if ok and not (math.isfinite(value) and 0 <= value <= hi):
+        # (compared as given: an integer past a float's range is no error of ours)
+        if ok and not (0 <= value <= hi and math.isfinite(value)):
             ok = False
         if not ok:
             raise self._error("trace-bad-field",
@@ -334,6 +367,9 @@ class MooncakeReader:
 
     def _validate(self, obj: dict[str, Any]) -> TraceRow:
         bs = self._block_size
+        for key in obj:
+            if key not in ROW_KEYS:
+                self._unknown_key(key)
         # hash_ids
         hash_ids = obj.get("hash_ids")
         if hash_ids is None:
@@ -404,8 +440,19 @@ class MooncakeReader:
                                   f"'session_id' must be a string or an integer, "
                                   f"got {_short(obj['session_id'])}",
                                   'write session_id as a string, e.g. "session_1"')
+            if self._session_rows.get(sid) == MIXED:
+                raise self._error("trace-bad-field",
+                                  f"session_id {sid} is written both as a number and as the "
+                                  f"string \"{sid}\": two sessions, or one?",
+                                  "write every session_id of a session the same way")
         else:
             sid = f"request_{self._line}"
+            if sid in self._session_rows:
+                raise self._error("trace-bad-field",
+                                  f"this row has no session_id, so its request is named "
+                                  f"'{sid}', which another row gives as its session_id",
+                                  "give this row a session_id of its own, or rename that "
+                                  "session")
         state = self._sessions.get(sid) if explicit else None
         if state is None:
             turn = 0
@@ -433,6 +480,12 @@ class MooncakeReader:
                         explicit_session=explicit, turn_index=turn,
                         prompt=prompt, input_length=input_length, output_length=output_length,
                         timestamp_ms=timestamp, delay_ms=delay_ms)
+
+    def _unknown_key(self, key: str) -> None:
+        close = difflib.get_close_matches(key, ROW_KEYS, n=1)
+        known = f"a row holds only {', '.join(ROW_KEYS)}"
+        raise self._error("trace-unknown-key", f"unknown key {_short(key)}",
+                          f"did you mean '{close[0]}'? ({known})" if close else known)
 
     def _check_hash_ids(self, hash_ids: list[Any]) -> None:
         for i, h in enumerate(hash_ids):
@@ -500,7 +553,7 @@ class MooncakeReader:
 
 
 def iter_trace_rows(path: Path, display: str, block_size: int, *,
-                    require_timestamps: bool = False) -> Iterator[TraceRow]:
+                    require_timestamps: bool = False) -> Generator[TraceRow, None, None]:
     """All rows of a trace in file order (validated; raises on the first bad line)."""
     reader = MooncakeReader(path, display, block_size, require_timestamps=require_timestamps,
                             session_rows=count_session_rows(path), keep_rows=False)

@@ -15,6 +15,7 @@ from servesim.compiler.context import CompileContext
 from servesim.compiler.model.resolved import ValidatedConfig
 from servesim.errors import CompileError, Diagnostic
 from servesim.payload import Payload
+from servesim.plugins.manager import plugin_bug
 
 
 def lower(cfg: ValidatedConfig, ctx: CompileContext) -> Payload:
@@ -35,10 +36,15 @@ def lower(cfg: ValidatedConfig, ctx: CompileContext) -> Payload:
                 code="unknown-engine", path=("engine", "engine"), stage="lower",
                 message=f"no engine named {r.engine!r} is registered (registered: "
                 f"{', '.join(sorted(ctx.registry.names())) or 'none'})")])
-        with ctx.registry.guard(r.engine, f"{type(engine).__qualname__}.lower"):
-            payload = engine.lower(payload)
-        with ctx.registry.guard(r.engine, f"{type(engine).__qualname__}.validate_payload"):
-            diags = engine.validate_payload(payload)
+        name = type(engine).__qualname__
+        with ctx.registry.guard(r.engine, f"{name}.lower"):
+            lowered = engine.lower(payload)
+        if not isinstance(lowered, Payload):
+            raise plugin_bug(ctx.registry.source_of(r.engine), f"{name}.lower returned "
+                             f"{lowered!r:.60}; it returns a servesim.payload.Payload")
+        payload = lowered
+        diags = ctx.registry.diagnostics(r.engine, f"{name}.validate_payload",
+                                         lambda: engine.validate_payload(payload))
         if diags:
             raise CompileError(diags)
     return payload

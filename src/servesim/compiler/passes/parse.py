@@ -246,8 +246,8 @@ def _traffic(t: Traffic | None) -> Iterator[Diagnostic]:
                  if getattr(stop, k) is not None]
     if stype == "trace":
         for k in set_stops:
-            if k != "max_virtual_time_seconds":
-                yield _d("traffic-stop", (*stp, k), "trace stop accepts only "
+            if k not in ("requests", "max_virtual_time_seconds"):
+                yield _d("traffic-stop", (*stp, k), "trace stop accepts only requests and "
                          "max_virtual_time_seconds")
     else:
         if "max_virtual_time_seconds" in set_stops:

@@ -547,9 +547,10 @@ def _workload(rec: _Recorder, t: Traffic | None, base_dir: PathLike | None) -> d
     resolved_stop: dict[str, Any] = {}
     stp: Path = ("traffic", "stop")
     if stype == "trace":
-        if stop.max_virtual_time_seconds is not None:
-            resolved_stop["max_virtual_time_seconds"] = stop.max_virtual_time_seconds
-            rec.note((*stp, "max_virtual_time_seconds"), "authored")
+        for key in ("requests", "max_virtual_time_seconds"):  # the first rows, or a time
+            if getattr(stop, key) is not None:
+                resolved_stop[key] = getattr(stop, key)
+                rec.note((*stp, key), "authored")
     else:
         count_key = "sessions" if stype == "synthetic-session" else "requests"
         absolute, relative = getattr(stop, count_key), getattr(stop, f"{count_key}_per_load_unit")

@@ -53,7 +53,7 @@ from servesim.engines.kernel.tokens import (
     segment,
 )
 from servesim.engines.vllm.token_ratio import NewTokenRatio, output_reserve
-from servesim.errors import Diagnostic, ReplayError
+from servesim.errors import ReplayError
 from servesim.payload import RoleArgs
 from servesim.timing.base import StepTimer
 
@@ -1089,21 +1089,8 @@ class RankScheduler:
         )
 
     def _unschedulable(self, seq: SeqState, tokens: int) -> ReplayError:
-        return ReplayError(
-            [
-                Diagnostic(
-                    code="request-unschedulable",
-                    message=(
-                        f"request {seq.spec.request_id} needs {tokens} uncached prompt tokens "
-                        "in one pass, but chunked prefill is disabled and max_batched_tokens "
-                        f"is {self.max_batched_tokens}; the replay would deadlock"
-                    ),
-                    path=("engine", "workers", self.role.worker_type, "scheduler",
-                          "max_batched_tokens"),
-                    hint=(
-                        "set enable_chunked_prefill = true, or raise "
-                        f"scheduler.max_batched_tokens to at least {tokens}"
-                    ),
-                )
-            ]
-        )
+        from servesim.rules import prompt_over_budget
+
+        problem = prompt_over_budget(self.role, seq.spec.request_id, tokens)
+        assert problem is not None
+        return ReplayError([problem])
