@@ -3,6 +3,8 @@
     .venv/bin/python bench/fit_timing.py            # fit and rewrite the shipped JSON
     .venv/bin/python bench/fit_timing.py --dry-run  # fit and print only
     .venv/bin/python bench/fit_timing.py --report   # accuracy of the shipped constants
+    .venv/bin/python bench/fit_timing.py --cross-validate --cache rec.pkl
+                                           # leave-one-GPU-out: fit on two GPUs, score the third
 
 Rows: the aggregated rows of bench/data/silicon_dev.csv that the catalog can describe,
 each measurement once (``calib.repeats``), P/D runs filed as aggregated left out
@@ -11,22 +13,25 @@ per row: what bench/accuracy.py's replay gives (``calib.replay``: the benchmark'
 loop through the vLLM engine), computed by re-pricing a recording of that replay
 (``calib.record``; TTFT up to the front end's latency), so one constant set costs
 milliseconds per row instead of a replay.
-``--fit-rows`` subsamples the fit rows (spread over the partitions) to keep a fit within
-minutes; ``--report`` samples as many rows from both folds.
+``--fit-rows`` subsamples the rows (spread over the partitions) to keep a fit within
+minutes; ``--report`` and ``--cross-validate`` use the same subsample (so ``--cache``
+serves all three), the fit its rows outside the holdout fold.
 
 Split: the holdout fold of ``calib.holdout`` (one configuration in five, by a hash of the
 measured configuration) is never fitted; MAPE is reported on the fit rows, the holdout
 rows and all rows, overall and per backend, and the worst (GPU, backend, model)
-partitions are listed.
+partitions are listed. ``--cross-validate`` measures transfer instead: for each GPU, the
+constants fitted on the other GPUs' rows (both folds) score its rows, which is what a
+user of a GPU the fit never saw gets; ``--leave-out-gpu`` writes one such fit (``--out``).
 
 Loss: robust (Huber, ``--huber``) least squares of the error of TPOT and, with weight
 ``--ttft-weight``, of TTFT, the error being ``log(predicted / measured)`` or, with
 ``--error relative``, ``predicted / measured - 1`` (what the MAPE report averages); each
 row weighs ``1 / sqrt(rows of its (GPU, backend, model) partition)`` so that no partition
 dominates. Search: Levenberg-Marquardt over the logarithms of the fitted scalars (global
-efficiency scales, the fp8 and fp4 kernels' efficiency relative to bf16 for dense and
-expert GEMMs, all-reduce latency, per-expert cost, activation copies per token-expert
-pair, per-backend overheads) with a finite-difference Jacobian, projected onto the bounds
+efficiency scales, the fp8, FP4 and 4-bit weight-only kernels' efficiency relative to
+bf16 for dense and expert GEMMs, the exposed share of the softmax, all-reduce latency,
+per-expert cost, activation copies per token-expert pair, per-backend overheads) with a finite-difference Jacobian, projected onto the bounds
 in ``BOUNDS``. Standard library only.
 """
 
