@@ -53,14 +53,17 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--stop-after", choices=STAGES, default="lower",
                    help="stop after this stage and print its result")
     c.add_argument("--format", choices=("json", "text"), default="json")
+    add_set_option(c)
 
     v = sub.add_parser("validate", help="check a config, and the trace and timing tables it "
                        "names, without writing a payload")
     v.add_argument("config")
+    add_set_option(v)
 
     i = sub.add_parser("inspect", help="show every resolved value and where it came from")
     i.add_argument("config")
     i.add_argument("--format", choices=("text", "json"), default="text")
+    add_set_option(i)
 
     s = sub.add_parser("schema", help="print a JSON Schema")
     s.add_argument("which", choices=("config", "payload"))
@@ -78,7 +81,21 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--check-invariants", action="store_true",
                    help="audit block reference counts, pool totals, queues, virtual time and "
                    "terminal states at every step (slower; also SERVESIM_CHECK_INVARIANTS=1)")
+    add_set_option(r)
     return p
+
+
+def add_set_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="set a config value: KEY a dotted path, VALUE a TOML value "
+                        "(repeatable; a later one wins)")
+
+
+def config_source(path: str | Path, settings: list[str]) -> SourceText:
+    """The config at ``path`` with the ``--set`` changes ``settings``."""
+    from servesim.compiler.overrides import parse_override
+
+    return SourceText.from_path(path, tuple(parse_override(t) for t in settings))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -132,7 +149,7 @@ def _compile(args: argparse.Namespace, registry: EngineRegistry, out: Console,
              err: Console) -> int:
     output = _output_path(args.output, "-o")
     _not_an_input({"-o": args.output}, [args.config])
-    source = SourceText.from_path(args.config)
+    source = config_source(args.config, args.set)
     artifact = compile_source(source, registry=registry, stop_after=args.stop_after)
     if isinstance(artifact, Payload):
         relative_to = str(output.resolve().parent) if output else os.getcwd()
@@ -191,7 +208,7 @@ def _validate(args: argparse.Namespace, registry: EngineRegistry, out: Console,
               err: Console) -> int:
     from servesim.replay import check_input_files
 
-    payload = compile_source(SourceText.from_path(args.config), registry=registry)
+    payload = compile_source(config_source(args.config, args.set), registry=registry)
     diags = check_input_files(payload, registry=registry)
     if diags:
         raise ServesimError(diags)
@@ -202,7 +219,7 @@ def _validate(args: argparse.Namespace, registry: EngineRegistry, out: Console,
 
 def _inspect(args: argparse.Namespace, registry: EngineRegistry, out: Console,
              err: Console) -> int:
-    resolved = compile_source(SourceText.from_path(args.config), registry=registry,
+    resolved = compile_source(config_source(args.config, args.set), registry=registry,
                               stop_after="validate").resolved
     if args.format == "json":
         sys.stdout.write(json.dumps(stage_to_data(resolved), indent=2, sort_keys=True) + "\n")
@@ -256,12 +273,19 @@ def _plugins(args: argparse.Namespace, registry: EngineRegistry, out: Console,
     return EXIT_OK
 
 
-def load_input(path: str, registry: EngineRegistry) -> tuple[Payload, Path | None]:
-    """A payload from a TOML config (compiled) or a JSON payload file (loaded and checked)."""
+def load_input(path: str, registry: EngineRegistry,
+               settings: Sequence[str] = ()) -> tuple[Payload, Path | None]:
+    """A payload from a TOML config (compiled, with the ``--set`` changes ``settings``) or
+    a JSON payload file (loaded and checked)."""
     p = Path(path)
     if p.suffix.lower() != ".json":
-        payload: Payload = compile_source(SourceText.from_path(p), registry=registry)
+        payload: Payload = compile_source(config_source(p, list(settings)), registry=registry)
         return payload, None
+    if settings:
+        raise PayloadError([Diagnostic(
+            code="bad-override", location=f"--set {settings[0]}",
+            message="--set changes a TOML config, and this is a compiled payload",
+            hint="replay the config with --set, or compile it again with the change")])
     raw = read_input(p, "a JSON payload", PayloadError)
     try:
         data = json.loads(raw.decode("utf-8"))
@@ -283,7 +307,7 @@ def _replay(args: argparse.Namespace, registry: EngineRegistry, out: Console,
 
     output = _output_path(args.output, "-o")
     requests_out = _output_path(args.requests_out, "--requests-out")
-    payload, base_dir = load_input(args.input, registry)
+    payload, base_dir = load_input(args.input, registry, args.set)
     _not_an_input({"-o": args.output, "--requests-out": args.requests_out},
                   [args.input, *payload_files(payload)])
     show_progress = not args.quiet and err.is_terminal
