@@ -82,6 +82,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="audit block reference counts, pool totals, queues, virtual time and "
                    "terminal states at every step (slower; also SERVESIM_CHECK_INVARIANTS=1)")
     add_set_option(r)
+    from servesim.commands import add_parsers
+
+    add_parsers(sub)
     return p
 
 
@@ -107,8 +110,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     try:
         registry = _registry(args.plugin)
+        from servesim.commands import handlers
+
         handler = {"compile": _compile, "validate": _validate, "inspect": _inspect,
-                   "schema": _schema, "plugins": _plugins, "replay": _replay}[args.command]
+                   "schema": _schema, "plugins": _plugins, "replay": _replay,
+                   **handlers()}[args.command]
         return handler(args, registry, out, err)
     except ServesimError as exc:
         from servesim.render import print_diagnostics

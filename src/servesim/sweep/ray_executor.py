@@ -1,0 +1,110 @@
+"""Trials on a Ray cluster (``pip install 'servesim[ray]'``).
+
+The driver puts what every trial shares in Ray's object store once: the config (a
+:class:`Base`) and the bytes of the files it names (trace, timing tables). A node fetches
+them once and its workers read them from there; a worker writes the files to a local
+folder once per process (keyed by their hash), so a node need not share the driver's disk.
+A trial sends only its index and overrides.
+
+The cluster is ``address`` (``ray://HEAD:10001``), else ``RAY_ADDRESS``, else a Ray
+instance on this machine started for the run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from servesim.errors import Diagnostic, ServesimError
+from servesim.payload import payload_files
+from servesim.sweep.trial import Base, Task, compile_point, registry_for, run_trial
+
+_LOCAL: dict[str, Any] = {}
+
+
+def import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise ServesimError([Diagnostic(
+            code="missing-extra", location="--executor ray",
+            message="the Ray executor needs Ray, which is not installed",
+            hint="pip install 'servesim[ray]'")]) from None
+    return ray
+
+
+def shared_files(base: Base) -> dict[str, bytes]:
+    """The bytes of every file the config (without a point's overrides) names."""
+    try:
+        payload, _ = compile_point(base, (), registry_for(base.plugins))
+    except ServesimError:
+        return {}  # an invalid base: each trial reports why
+    out: dict[str, bytes] = {}
+    for path in payload_files(payload):
+        try:
+            out[path] = Path(path).read_bytes()
+        except OSError:
+            continue  # the trial's replay names the missing file
+    return out
+
+
+def local_copies(files: dict[str, bytes]) -> dict[str, str]:
+    """Where this worker process reads each shared file: the driver's path when it holds the
+    same bytes, else a copy in a temporary folder (written once per process)."""
+    out: dict[str, str] = {}
+    for path, data in files.items():
+        digest = hashlib.sha256(data).hexdigest()
+        if digest not in _LOCAL:
+            if _same_bytes(path, data):
+                _LOCAL[digest] = path
+            else:
+                folder = Path(tempfile.mkdtemp(prefix="servesim-"))
+                copy = folder / Path(path).name
+                copy.write_bytes(data)
+                _LOCAL[digest] = str(copy)
+        out[path] = _LOCAL[digest]
+    return out
+
+
+def _same_bytes(path: str, data: bytes) -> bool:
+    try:
+        return os.path.getsize(path) == len(data) and Path(path).read_bytes() == data
+    except OSError:
+        return False
+
+
+def _trial(base: Base, files: dict[str, bytes], task: Task) -> tuple[int, dict[str, Any]]:
+    if "registry" not in _LOCAL:
+        _LOCAL["registry"] = registry_for(base.plugins)
+    return task[0], run_trial(base, task, _LOCAL["registry"], local_copies(files))
+
+
+def run_on_ray(base: Base, tasks: Sequence[Task], *,
+               address: str | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
+    ray = import_ray()
+    started_here = not ray.is_initialized()
+    if started_here:
+        try:
+            ray.init(address=address or os.environ.get("RAY_ADDRESS") or None,
+                     log_to_driver=False, include_dashboard=False)
+        except (ConnectionError, ValueError, RuntimeError) as exc:
+            raise ServesimError([Diagnostic(
+                code="ray-connect", location=f"--address {address}" if address
+                else "RAY_ADDRESS", message=f"cannot connect to the Ray cluster: {exc}",
+                hint="give the head's address, e.g. --address ray://HEAD:10001")]) from None
+    remote = ray.remote(num_cpus=1)(_trial)
+    base_ref, files_ref = ray.put(base), ray.put(shared_files(base))
+    pending = [remote.remote(base_ref, files_ref, task) for task in tasks]
+    try:
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            yield ray.get(done[0])
+    finally:
+        for ref in pending:
+            ray.cancel(ref, force=True)
+        if started_here:
+            ray.shutdown()
