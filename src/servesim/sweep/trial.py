@@ -25,6 +25,7 @@ from servesim.errors import ServesimError
 from servesim.payload import Payload, load_payload, map_paths, payload_to_dict
 from servesim.plugins.manager import EngineRegistry, get_plugin_manager
 from servesim.replay import replay_payload
+from servesim.search.goals import Constraint, LoadSearch
 from servesim.sweep.metrics import derived_columns, report_columns
 from servesim.sweep.pricing import gpu_hour_prices
 
@@ -40,6 +41,9 @@ class Base:
     base_dir: str | None
     overrides: tuple[Override, ...] = ()
     plugins: tuple[str, ...] = ()
+    # a search's load bisection, and the constraints it must meet
+    load: LoadSearch | None = None
+    constraints: tuple[Constraint, ...] = ()
 
     @property
     def sha256(self) -> str:
@@ -75,13 +79,30 @@ def compile_point(base: Base, point: tuple[Override, ...],
 def run_trial(base: Base, task: Task, registry: EngineRegistry,
               local_files: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The result row of one point. ``local_files`` maps a file the config names to the
-    copy this machine reads (a Ray worker on another node)."""
+    copy this machine reads (a Ray worker on another node). With a load search, the row
+    of the largest load meeting the constraints, that load in ``max_load``."""
     index, point = task
     row: dict[str, Any] = {"point": index, **{format_key(k): v for k, v in point}}
+    load = base.load
+    if load is None:
+        return {**row, **_replayed(base, point, registry, local_files)}
+
+    def replay_at(value: float) -> dict[str, Any]:
+        at = int(value) if load.integer else value
+        return _replayed(base, (*point, (load.key, at)), registry, local_files)
+
+    best = load.best(replay_at, base.constraints)
+    gpus, max_load = best.get("gpus"), best["max_load"]
+    per_gpu = max_load / gpus if max_load is not None and gpus else None
+    return {**row, **best, "max_load_per_gpu": per_gpu}
+
+
+def _replayed(base: Base, point: tuple[Override, ...], registry: EngineRegistry,
+              local_files: Mapping[str, str] | None) -> dict[str, Any]:
     try:
         payload, prices = compile_point(base, point, registry)
     except ServesimError as exc:
-        return {**row, "status": "invalid", "error": _errors(exc)}
+        return {"status": "invalid", "error": _errors(exc)}
     if local_files:
         data = payload_to_dict(payload)
         map_paths(data, lambda p: local_files.get(p, p), models=False)
@@ -89,8 +110,8 @@ def run_trial(base: Base, task: Task, registry: EngineRegistry,
     try:
         report = replay_payload(payload, registry=registry).report
     except ServesimError as exc:
-        return {**row, "status": "failed", "error": _errors(exc)}
-    return {**row, "status": "ok", "error": None,
+        return {"status": "failed", "error": _errors(exc)}
+    return {"status": "ok", "error": None,
             **derived_columns(report, payload, prices), **report_columns(report)}
 
 
