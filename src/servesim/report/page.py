@@ -73,7 +73,7 @@ def results_figures(rows: Sequence[Mapping[str, Any]], params: Sequence[str]) ->
             latency.add_bar(x=names, y=[r.get(f"{stat}_{metric}") for r in ok],
                             name=f"{metric.split('_')[0].upper()} {stat}",
                             yaxis="y" if metric == "ttft_ms" else "y2",
-                            offsetgroup=f"{metric}{stat}")
+                            offsetgroup=stat)
     latency.update_layout(title="Latency percentiles per point", barmode="group",
                           yaxis={"title": "TTFT ms", "domain": [0.55, 1]},
                           yaxis2={"title": "TPOT ms", "domain": [0, 0.45], "anchor": "x"})
@@ -109,7 +109,8 @@ def replay_figures(report: Mapping[str, Any], records: Sequence[Mapping[str, Any
     series.add_scatter(x=seconds, y=running, name="running requests", yaxis="y2")
     series.add_scatter(x=seconds, y=kv, name="tokens in KV cache (running requests)",
                        yaxis="y3")
-    series.update_layout(title="Over virtual time", xaxis_title="virtual time (s)",
+    series.update_layout(title="Over virtual time",
+                         xaxis={"title": "virtual time (s)", "anchor": "y3"},
                          yaxis={"title": "output tok/s", "domain": [0.68, 1]},
                          yaxis2={"title": "requests", "domain": [0.35, 0.63], "anchor": "x"},
                          yaxis3={"title": "KV tokens", "domain": [0, 0.3], "anchor": "x"})
