@@ -169,3 +169,19 @@ def test_search_without_optuna_says_what_to_install(
     monkeypatch.setitem(sys.modules, "optuna", None)
     code, _, err = run(capsys, "search", "tiny.toml", "--space", write_space())
     assert code == 1 and "pip install 'servesim[search]'" in err
+
+
+def test_the_grid_sampler_tries_every_combination_once(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    space = write_space(SPACE.replace("trials = 6\n", 'sampler = "grid"\n').replace(
+        "{ low = 1, high = 2 }", "[1, 2]"))
+    code, out, err = run(capsys, "search", "tiny.toml", "--space", space, "-o", "g.json",
+                         "-j", "2")
+    assert code == 0, err
+    combos = [(r["engine.workers.aggregated.parallelism.tensor"],
+               r["engine.workers.aggregated.parallelism.replicas"]) for r in rows_of("g.json")]
+    assert combos == [(t, r) for t in (1, 2, 3) for r in (1, 2)]
+    assert "of 6 trials met every constraint" in out and "2 could not be replayed" in out
+    bad = write_space(SPACE.replace("trials = 6\n", 'sampler = "grid"\n'), "bad.toml")
+    code, _, err = run(capsys, "search", "tiny.toml", "--space", bad)
+    assert code == 1 and "the grid sampler takes lists of choices only" in err

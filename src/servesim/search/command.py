@@ -11,7 +11,7 @@ from rich.console import Console
 
 from servesim.errors import Diagnostic, ServesimError
 from servesim.plugins.manager import EngineRegistry
-from servesim.search.space import MAX_TRIALS, SAMPLERS, Space, load_space
+from servesim.search.space import MAX_TRIALS, SAMPLERS, Space, grid_size, load_space
 
 EXIT_OK, EXIT_INTERRUPTED = 0, 130
 
@@ -56,6 +56,8 @@ def _space(args: argparse.Namespace) -> Space:
             raise ServesimError([Diagnostic(code="bad-space", location=f"--trials {args.trials}",
                                             message=f"expected 1 to {MAX_TRIALS} trials")])
         changes["trials"] = args.trials
+        if space.sampler == "grid" or args.sampler == "grid":
+            changes["trials"] = min(args.trials, grid_size(space.parameters))
     if args.seed is not None:
         changes["seed"] = args.seed
     if args.sampler is not None:
@@ -80,7 +82,7 @@ def run_search(args: argparse.Namespace, registry: EngineRegistry, out: Console,
     from servesim.cli import _not_an_input, _output_path
     from servesim.search.optimize import import_optuna, open_study, pareto, rows_of, search
     from servesim.sweep.command import load_base, metadata, report_invalid
-    from servesim.sweep.executors import check_jobs, default_jobs
+    from servesim.sweep.executors import check_jobs, default_jobs, open_executor
     from servesim.sweep.progress import TrialProgress
     from servesim.sweep.results import render, results_format, write_atomic
 
@@ -120,12 +122,14 @@ def run_search(args: argparse.Namespace, registry: EngineRegistry, out: Console,
     done = sum(1 for t in study.trials if t.state.is_finished())
     total = max(space.trials, done)
     complete = True
-    try:
-        with TrialProgress(err, total, not args.quiet and err.is_terminal, "trials") as bar:
+    try:  # the workers start before the progress bar's thread
+        with open_executor(base, executor=args.executor, jobs=min(jobs, space.trials),
+                           address=args.address) as executor, \
+                TrialProgress(err, total, not args.quiet and err.is_terminal, "trials") as bar:
             for _ in range(done):
                 bar.advance()
-            search(base, space, study, trials=space.trials, executor=args.executor, jobs=jobs,
-                   address=args.address, on_row=lambda row: bar.advance())
+            search(study, space, executor, trials=space.trials,
+                   on_row=lambda row: bar.advance())
     except KeyboardInterrupt:
         complete = False
     rows = rows_of(study)
@@ -195,8 +199,9 @@ def _print_results(out: Console, rows: list[dict[str, Any]], front: list[dict[st
                       *(_cell(row.get(column_name(m))) for m in metrics))
     if shown:
         out.print(table)
-    else:
-        out.print(f"no trial of {len(rows)} met every constraint ({conds})", markup=False)
+    invalid = sum(1 for r in rows if r["status"] != "ok")
+    out.print(f"{len(feasible)} of {len(rows)} trials met every constraint ({conds}); "
+              f"{invalid} could not be replayed", markup=False)
 
 
 def _cell(value: Any) -> str:

@@ -8,6 +8,7 @@ storage is resumed with every finished row; an interrupted batch is dropped.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections.abc import Callable, Sequence
@@ -16,8 +17,8 @@ from typing import Any
 from servesim.errors import Diagnostic, ServesimError
 from servesim.search.goals import meets
 from servesim.search.space import Parameter, Space
-from servesim.sweep.executors import run_tasks
-from servesim.sweep.trial import Base, Task
+from servesim.sweep.executors import Executor
+from servesim.sweep.trial import Task
 
 STUDY = "servesim-search"
 
@@ -45,7 +46,7 @@ def sampler_for(optuna: Any, space: Space) -> Any:
     if name == "nsga2":
         return optuna.samplers.NSGAIISampler(seed=seed,
                                              population_size=max(4, min(50, space.trials // 4)))
-    if name == "random":
+    if name in ("random", "grid"):  # a grid's points are queued when the study is made
         return optuna.samplers.RandomSampler(seed=seed)
     return optuna.samplers.TPESampler(seed=seed,
                                       n_startup_trials=max(1, min(10, space.trials // 3)))
@@ -70,6 +71,11 @@ def open_study(optuna: Any, space: Space, storage: str | None, resume: bool,
     study = optuna.create_study(study_name=STUDY, storage=storage, sampler=sampler,
                                 directions=directions)
     study.set_user_attr("fingerprint", fingerprint)
+    if space.sampler == "grid":  # every combination, in order (Optuna's GridSampler stops
+        # the study when done, which only works inside study.optimize)
+        names = [p.name for p in space.parameters]
+        for combo in itertools.product(*(_coded(p.choices) for p in space.parameters)):
+            study.enqueue_trial(dict(zip(names, combo, strict=True)))
     return study
 
 
@@ -80,14 +86,19 @@ def _storage_error(storage: str | None, message: str, hint: str | None = None) -
 
 def suggest(trial: Any, param: Parameter) -> Any:
     if param.choices:
-        coded = [json.dumps(c, sort_keys=True) if isinstance(c, (dict, list)) else c
-                 for c in param.choices]
+        coded = _coded(param.choices)
         value = trial.suggest_categorical(param.name, coded)
         return param.choices[coded.index(value)]
     if param.integer:
         return trial.suggest_int(param.name, int(param.low or 0), int(param.high or 0),
                                  log=param.log)
     return trial.suggest_float(param.name, param.low, param.high, log=param.log)
+
+
+def _coded(choices: Sequence[Any]) -> list[Any]:
+    """Choices as Optuna takes them: a table or an array as its JSON text."""
+    return [json.dumps(c, sort_keys=True) if isinstance(c, (dict, list)) else c
+            for c in choices]
 
 
 def objective_values(space: Space, row: dict[str, Any]) -> list[float] | None:
@@ -97,8 +108,8 @@ def objective_values(space: Space, row: dict[str, Any]) -> list[float] | None:
     return [float(v) for v in values if v is not None]
 
 
-def search(base: Base, space: Space, study: Any, *, trials: int, executor: str, jobs: int,
-           address: str | None, on_row: Callable[[dict[str, Any]], None]) -> None:
+def search(study: Any, space: Space, executor: Executor, *, trials: int,
+           on_row: Callable[[dict[str, Any]], None]) -> None:
     """Run trials until the study holds ``trials`` finished ones (Ctrl-C stops early)."""
     optuna = import_optuna()
     seen = {_point_key(t.params): t.user_attrs["row"] for t in study.trials
@@ -108,7 +119,7 @@ def search(base: Base, space: Space, study: Any, *, trials: int, executor: str, 
         remaining = trials - len(finished)
         if remaining <= 0:
             return
-        batch = [study.ask() for _ in range(min(jobs, remaining))]
+        batch = [study.ask() for _ in range(min(executor.slots, remaining))]
         points = [tuple((p.key, suggest(t, p)) for p in space.parameters) for t in batch]
         tasks: list[Task] = []
         for trial, point in zip(batch, points, strict=True):
@@ -116,8 +127,7 @@ def search(base: Base, space: Space, study: Any, *, trials: int, executor: str, 
                 tasks.append((trial.number, point))
         rows = {}
         try:
-            for index, row in run_tasks(base, tasks, executor=executor, jobs=jobs,
-                                        address=address):
+            for index, row in executor.run(tasks):
                 rows[index] = row
         except KeyboardInterrupt:
             for trial in batch:

@@ -40,7 +40,7 @@ from servesim.search.goals import (
 )
 from servesim.sweep.metrics import DERIVED, STATS, column_name
 
-SAMPLERS = ("auto", "tpe", "nsga2", "random")
+SAMPLERS = ("auto", "tpe", "nsga2", "random", "grid")
 MAX_TRIALS = 100_000
 # every metric a row has: the report's, the derived ones, the load search's
 LATENCIES = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_latency_ms", "ttst_ms",
@@ -121,12 +121,31 @@ def load_space(path: str, objectives: list[str], constraints: list[str]) -> Spac
     sampler = data.get("sampler", "auto")
     if sampler not in SAMPLERS:
         errors.add("sampler", f"unknown sampler {sampler!r}", f"one of: {', '.join(SAMPLERS)}")
+    if sampler == "grid":
+        trials = _grid_trials(params, trials if "trials" in data else None, errors)
     if load is not None and not conds:
         errors.add("load", "a load search needs constraints: the load is raised until a "
                    "replay breaks one", 'add e.g. constraints = ["ttft_ms.p99 <= 1000"]')
     if errors.diags:
         raise CompileError(errors.diags)
     return Space(tuple(params), goals, tuple(conds), load, trials, seed, sampler)
+
+
+def grid_size(params: list[Parameter] | tuple[Parameter, ...]) -> int:
+    size = 1
+    for p in params:
+        size *= len(p.choices)
+    return size
+
+
+def _grid_trials(params: list[Parameter], trials: int | None, errors: _Errors) -> int:
+    """A grid search tries every combination once (at most ``trials``)."""
+    ranged = [p.name for p in params if not p.choices]
+    if ranged:
+        errors.add(f"parameters.{ranged[0]}", "the grid sampler takes lists of choices only",
+                   "list the values to try, or use another sampler")
+    size = grid_size(params)
+    return min(size, trials) if trials is not None else max(1, min(size, MAX_TRIALS))
 
 
 def _check_metric(metric: str, where: str, errors: _Errors) -> None:

@@ -18,7 +18,7 @@ from servesim import __version__
 from servesim.compiler.source import SourceText
 from servesim.errors import Diagnostic, ServesimError
 from servesim.plugins.manager import EngineRegistry
-from servesim.sweep.executors import EXECUTORS, check_jobs, default_jobs, run_tasks
+from servesim.sweep.executors import EXECUTORS, check_jobs, default_jobs, open_executor
 from servesim.sweep.progress import TrialProgress
 from servesim.sweep.results import render, results_format, write_atomic
 from servesim.sweep.space import parse_settings, points
@@ -71,10 +71,11 @@ def collect(base: Base, tasks: Sequence[Task], args: argparse.Namespace, err: Co
     jobs = check_jobs(args.jobs) if args.jobs is not None else default_jobs()
     rows: dict[int, dict[str, Any]] = {}
     show = not args.quiet and err.is_terminal
-    try:
-        with TrialProgress(err, len(tasks), show) as bar:
-            for index, row in run_tasks(base, tasks, executor=args.executor, jobs=jobs,
-                                        address=args.address):
+    try:  # the workers start before the progress bar's thread
+        with open_executor(base, executor=args.executor, jobs=min(jobs, max(1, len(tasks))),
+                           address=args.address) as executor, \
+                TrialProgress(err, len(tasks), show) as bar:
+            for index, row in executor.run(tasks):
                 rows[index] = row
                 if on_row is not None:
                     on_row(row)

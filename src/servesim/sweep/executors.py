@@ -1,18 +1,22 @@
 """Where trials run: in this process, in local worker processes, or on a Ray cluster.
 
-Every executor yields ``(index, row)`` as trials finish, in any order; callers sort by
-index, so the rows do not depend on the executor or the number of workers. Stopping the
-iteration (Ctrl-C) stops the workers: finished rows are kept by the caller, running trials
-are dropped.
+``open_executor`` starts the workers once (a search sends them batch after batch);
+``run(tasks)`` yields ``(index, row)`` as trials finish, in any order. Callers sort by
+index, so the rows do not depend on the executor or the number of workers. Leaving the
+``with`` block stops the workers, Ctrl-C included: finished rows are the caller's, running
+trials are dropped.
 """
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
+import sys
+import threading
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from servesim.errors import Diagnostic, ServesimError
 from servesim.plugins.manager import EngineRegistry
@@ -20,6 +24,13 @@ from servesim.sweep.trial import Base, Task, registry_for, run_trial
 
 EXECUTORS = ("local", "ray")
 MAX_JOBS = 1024
+Rows = Iterator[tuple[int, dict[str, Any]]]
+
+
+class Executor(Protocol):
+    slots: int  # trials it runs at once
+
+    def run(self, tasks: Sequence[Task]) -> Rows: ...
 
 
 def default_jobs() -> int:
@@ -39,19 +50,38 @@ def check_jobs(jobs: int) -> int:
     return jobs
 
 
-def run_tasks(base: Base, tasks: Sequence[Task], *, executor: str = "local", jobs: int = 1,
-              address: str | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Run every task; yield ``(index, row)`` as each finishes."""
+@contextlib.contextmanager
+def open_executor(base: Base, *, executor: str = "local", jobs: int = 1,
+                  address: str | None = None) -> Iterator[Executor]:
     if executor == "ray":
-        from servesim.sweep.ray_executor import run_on_ray
+        from servesim.sweep.ray_executor import RayExecutor
 
-        yield from run_on_ray(base, tasks, address=address)
-    elif jobs == 1 or len(tasks) <= 1:
-        registry = registry_for(base.plugins)
-        for task in tasks:
-            yield task[0], run_trial(base, task, registry)
+        with RayExecutor(base, address) as ray_executor:
+            yield ray_executor
+    elif jobs == 1:
+        yield InProcess(base)
     else:
-        yield from _run_in_processes(base, tasks, jobs)
+        with ProcessPool(base, jobs) as pool:
+            yield pool
+
+
+def run_tasks(base: Base, tasks: Sequence[Task], *, executor: str = "local", jobs: int = 1,
+              address: str | None = None) -> Rows:
+    """Run every task; yield ``(index, row)`` as each finishes."""
+    with open_executor(base, executor=executor, jobs=min(jobs, max(1, len(tasks))),
+                       address=address) as ex:
+        yield from ex.run(tasks)
+
+
+class InProcess:
+    slots = 1
+
+    def __init__(self, base: Base) -> None:
+        self.base, self.registry = base, registry_for(base.plugins)
+
+    def run(self, tasks: Sequence[Task]) -> Rows:
+        for task in tasks:
+            yield task[0], run_trial(self.base, task, self.registry)
 
 
 _WORKER: dict[str, Any] = {}
@@ -68,14 +98,26 @@ def _work(task: Task) -> tuple[int, dict[str, Any]]:
     return task[0], run_trial(base, task, registry)
 
 
-def _run_in_processes(base: Base, tasks: Sequence[Task],
-                      jobs: int) -> Iterator[tuple[int, dict[str, Any]]]:
+def _context() -> Any:
+    """fork where it is safe (Linux, no other thread yet: workers start at once, with
+    servesim imported); else forkserver, else spawn (workers import servesim)."""
     methods = multiprocessing.get_all_start_methods()
-    context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
-    pool = context.Pool(min(jobs, len(tasks)), initializer=_start_worker, initargs=(base,))
-    try:
-        yield from pool.imap_unordered(_work, tasks, chunksize=1)
-        pool.close()
-    finally:
-        pool.terminate()
-        pool.join()
+    if sys.platform == "linux" and threading.active_count() == 1:
+        return multiprocessing.get_context("fork")
+    return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+
+
+class ProcessPool:
+    def __init__(self, base: Base, jobs: int) -> None:
+        self.pool = _context().Pool(jobs, initializer=_start_worker, initargs=(base,))
+        self.slots = jobs
+
+    def __enter__(self) -> ProcessPool:
+        return self
+
+    def run(self, tasks: Sequence[Task]) -> Rows:
+        yield from self.pool.imap_unordered(_work, tasks, chunksize=1)
+
+    def __exit__(self, *exc: object) -> None:
+        self.pool.terminate()
+        self.pool.join()

@@ -83,28 +83,39 @@ def _trial(base: Base, files: dict[str, bytes], task: Task) -> tuple[int, dict[s
     return task[0], run_trial(base, task, _LOCAL["registry"], local_copies(files))
 
 
-def run_on_ray(base: Base, tasks: Sequence[Task], *,
-               address: str | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
-    ray = import_ray()
-    started_here = not ray.is_initialized()
-    if started_here:
-        try:
-            ray.init(address=address or os.environ.get("RAY_ADDRESS") or None,
-                     log_to_driver=False, include_dashboard=False)
-        except (ConnectionError, ValueError, RuntimeError) as exc:
-            raise ServesimError([Diagnostic(
-                code="ray-connect", location=f"--address {address}" if address
-                else "RAY_ADDRESS", message=f"cannot connect to the Ray cluster: {exc}",
-                hint="give the head's address, e.g. --address ray://HEAD:10001")]) from None
-    remote = ray.remote(num_cpus=1)(_trial)
-    base_ref, files_ref = ray.put(base), ray.put(shared_files(base))
-    pending = [remote.remote(base_ref, files_ref, task) for task in tasks]
-    try:
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            yield ray.get(done[0])
-    finally:
-        for ref in pending:
-            ray.cancel(ref, force=True)
-        if started_here:
-            ray.shutdown()
+class RayExecutor:
+    """Ray tasks, one CPU each; connects to (or starts) Ray, and puts the shared inputs in
+    its object store once."""
+
+    def __init__(self, base: Base, address: str | None) -> None:
+        ray = self.ray = import_ray()
+        self.started_here = not ray.is_initialized()
+        if self.started_here:
+            try:
+                ray.init(address=address or os.environ.get("RAY_ADDRESS") or None,
+                         log_to_driver=False, include_dashboard=False)
+            except (ConnectionError, ValueError, RuntimeError) as exc:
+                raise ServesimError([Diagnostic(
+                    code="ray-connect", location=f"--address {address}" if address
+                    else "RAY_ADDRESS", message=f"cannot connect to the Ray cluster: {exc}",
+                    hint="give the head's address, e.g. --address ray://HEAD:10001")]) from None
+        self.remote = ray.remote(num_cpus=1)(_trial)
+        self.base_ref, self.files_ref = ray.put(base), ray.put(shared_files(base))
+        self.pending: list[Any] = []
+        self.slots = max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+    def __enter__(self) -> RayExecutor:
+        return self
+
+    def run(self, tasks: Sequence[Task]) -> Iterator[tuple[int, dict[str, Any]]]:
+        self.pending = [self.remote.remote(self.base_ref, self.files_ref, task)
+                        for task in tasks]
+        while self.pending:
+            done, self.pending = self.ray.wait(self.pending, num_returns=1)
+            yield self.ray.get(done[0])
+
+    def __exit__(self, *exc: object) -> None:
+        for ref in self.pending:
+            self.ray.cancel(ref, force=True)
+        if self.started_here:
+            self.ray.shutdown()
