@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from servesim.errors import Diagnostic, ServesimError
+from servesim.extras import require
 from servesim.sweep.metrics import finite
 from servesim.sweep.results import write_atomic
 
@@ -25,14 +26,7 @@ PERCENTILES = ("median", "p90", "p99")
 
 
 def import_plotly() -> Any:
-    try:
-        import plotly.graph_objects as go
-    except ImportError:
-        raise ServesimError([Diagnostic(
-            code="missing-extra", location="servesim report",
-            message="the HTML report needs plotly, which is not installed",
-            hint="pip install 'servesim[report]'")]) from None
-    return go
+    return require("plotly.graph_objects", "report", "the HTML report", "servesim report")
 
 
 def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:

@@ -7,6 +7,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
+import attrs
 from rich.console import Console
 
 from servesim.errors import Diagnostic, ServesimError
@@ -47,8 +48,6 @@ def add_parser(sub: Any) -> None:
 
 
 def _space(args: argparse.Namespace) -> Space:
-    import attrs
-
     space = load_space(args.space, args.objective, args.constraint)
     changes: dict[str, Any] = {}
     if args.trials is not None:
@@ -56,12 +55,26 @@ def _space(args: argparse.Namespace) -> Space:
             raise ServesimError([Diagnostic(code="bad-space", location=f"--trials {args.trials}",
                                             message=f"expected 1 to {MAX_TRIALS} trials")])
         changes["trials"] = args.trials
-        if space.sampler == "grid" or args.sampler == "grid":
-            changes["trials"] = min(args.trials, grid_size(space.parameters))
     if args.seed is not None:
+        if not 0 <= args.seed < 2**32:
+            raise ServesimError([Diagnostic(code="bad-space", location=f"--seed {args.seed}",
+                                            message="expected a seed from 0 to 2^32-1")])
         changes["seed"] = args.seed
+    if args.top < 1:
+        raise ServesimError([Diagnostic(code="bad-space", location=f"--top {args.top}",
+                                        message="expected at least 1 point to show")])
     if args.sampler is not None:
         changes["sampler"] = args.sampler
+    if changes.get("sampler", space.sampler) == "grid":  # each combination once
+        ranged = [p.name for p in space.parameters if not p.choices]
+        if ranged:
+            raise ServesimError([Diagnostic(
+                code="bad-space", location=f"{args.space}: parameters.{ranged[0]}",
+                message="the grid sampler takes lists of choices only",
+                hint="list the values to try, or use another sampler")])
+        size = grid_size(space.parameters)
+        given = space.trials if space.sampler == "grid" else size  # the file's, else all
+        changes["trials"] = min(changes.get("trials", given), size)
     return attrs.evolve(space, **changes)
 
 
@@ -80,7 +93,14 @@ def _storage_path(args: argparse.Namespace) -> Path | None:
 def run_search(args: argparse.Namespace, registry: EngineRegistry, out: Console,
                err: Console) -> int:
     from servesim.cli import _not_an_input, _output_path
-    from servesim.search.optimize import import_optuna, open_study, pareto, rows_of, search
+    from servesim.search.optimize import (
+        finished_trials,
+        import_optuna,
+        open_study,
+        pareto,
+        rows_of,
+        search,
+    )
     from servesim.sweep.command import load_base, metadata, report_invalid
     from servesim.sweep.executors import check_jobs, default_jobs, open_executor
     from servesim.sweep.progress import TrialProgress
@@ -108,8 +128,6 @@ def run_search(args: argparse.Namespace, registry: EngineRegistry, out: Console,
             code="bad-override", location=f"--set {axes[0].name}=...",
             message="search takes one value per --set", hint="put the choices in the space's "
             "[parameters] table")])
-    import attrs
-
     base = attrs.evolve(base, load=space.load, constraints=space.constraints)
     jobs = check_jobs(args.jobs) if args.jobs is not None else default_jobs()
     fingerprint = {"config_sha256": base.sha256,
@@ -119,7 +137,7 @@ def run_search(args: argparse.Namespace, registry: EngineRegistry, out: Console,
                                        *(str(c) for c in space.constraints), str(space.load)])}
     url = f"sqlite:///{storage.resolve()}" if storage is not None else None
     study = open_study(optuna, space, url, args.resume, fingerprint)
-    done = sum(1 for t in study.trials if t.state.is_finished())
+    done = finished_trials(study)
     total = max(space.trials, done)
     complete = True
     try:  # the workers start before the progress bar's thread
@@ -160,6 +178,10 @@ def run_search(args: argparse.Namespace, registry: EngineRegistry, out: Console,
 
         write_report(html, meta, rows, params)
         err.print(f"wrote {args.html}", markup=False)
+    if rows and all(row["status"] != "ok" for row in rows):
+        raise ServesimError([Diagnostic(code="no-valid-point", location=args.space,
+                                        message="no trial of the search could be replayed",
+                                        hint="the reasons are listed above")])
     return EXIT_OK
 
 
@@ -176,6 +198,7 @@ def _print_results(out: Console, rows: list[dict[str, Any]], front: list[dict[st
     from rich.table import Table
 
     from servesim.search.optimize import objective_values
+    from servesim.sweep.metrics import column_name
 
     extra = [c.metric for c in space.constraints] + (["max_load"] if space.load else []) \
         + ["gpus", "usd_per_million_output_tokens"]
@@ -192,8 +215,6 @@ def _print_results(out: Console, rows: list[dict[str, Any]], front: list[dict[st
     conds = ", ".join(str(c) for c in space.constraints) or "no constraints"
     table = Table("trial", *(p.rpartition(".")[2] for p in params), *metrics,
                   box=box.SIMPLE_HEAD, title=f"{title}: {goals}; {conds}")
-    from servesim.sweep.metrics import column_name
-
     for row in shown:
         table.add_row(str(row["point"]), *(str(row.get(p)) for p in params),
                       *(_cell(row.get(column_name(m))) for m in metrics))

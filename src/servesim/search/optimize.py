@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from servesim.errors import Diagnostic, ServesimError
+from servesim.extras import require
 from servesim.search.goals import meets
 from servesim.search.space import Parameter, Space
 from servesim.sweep.executors import Executor
@@ -24,14 +25,9 @@ STUDY = "servesim-search"
 
 
 def import_optuna() -> Any:
-    try:
-        import optuna
-    except ImportError:
-        raise ServesimError([Diagnostic(
-            code="missing-extra", location="servesim search",
-            message="servesim search needs Optuna, which is not installed",
-            hint="pip install 'servesim[search]'")]) from None
     import warnings
+
+    optuna = require("optuna", "search", "servesim search", "servesim search")
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
@@ -115,8 +111,7 @@ def search(study: Any, space: Space, executor: Executor, *, trials: int,
     seen = {_point_key(t.params): t.user_attrs["row"] for t in study.trials
             if "row" in t.user_attrs}
     while True:
-        finished = [t for t in study.trials if t.state.is_finished()]
-        remaining = trials - len(finished)
+        remaining = trials - finished_trials(study)
         if remaining <= 0:
             return
         batch = [study.ask() for _ in range(min(executor.slots, remaining))]
@@ -160,6 +155,11 @@ def _json_safe(row: dict[str, Any]) -> dict[str, Any]:
 
 def _point_key(params: dict[str, Any]) -> str:
     return json.dumps(params, sort_keys=True)
+
+
+def finished_trials(study: Any) -> int:
+    """Trials with a row (one stopped by Ctrl-C has none: a resumed search runs another)."""
+    return sum(1 for t in study.trials if "row" in t.user_attrs)
 
 
 def rows_of(study: Any) -> list[dict[str, Any]]:

@@ -64,8 +64,8 @@ def load_base(config: str, settings: Sequence[str], plugins: Sequence[str]) -> t
     return base, axes
 
 
-def collect(base: Base, tasks: Sequence[Task], args: argparse.Namespace, err: Console,
-            on_row: Any = None) -> tuple[list[dict[str, Any]], bool]:
+def collect(base: Base, tasks: Sequence[Task], args: argparse.Namespace,
+            err: Console) -> tuple[list[dict[str, Any]], bool]:
     """Run ``tasks`` with a progress bar; the finished rows in point order, and whether
     every task finished (False after Ctrl-C)."""
     jobs = check_jobs(args.jobs) if args.jobs is not None else default_jobs()
@@ -77,8 +77,6 @@ def collect(base: Base, tasks: Sequence[Task], args: argparse.Namespace, err: Co
                 TrialProgress(err, len(tasks), show) as bar:
             for index, row in executor.run(tasks):
                 rows[index] = row
-                if on_row is not None:
-                    on_row(row)
                 bar.advance()
     except KeyboardInterrupt:
         return [rows[i] for i in sorted(rows)], False

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from servesim.errors import Diagnostic, ServesimError
+from servesim.extras import require
 from servesim.payload import payload_files
 from servesim.sweep.trial import Base, Task, compile_point, registry_for, run_trial
 
@@ -27,14 +28,7 @@ _LOCAL: dict[str, Any] = {}
 
 
 def import_ray() -> Any:
-    try:
-        import ray
-    except ImportError:
-        raise ServesimError([Diagnostic(
-            code="missing-extra", location="--executor ray",
-            message="the Ray executor needs Ray, which is not installed",
-            hint="pip install 'servesim[ray]'")]) from None
-    return ray
+    return require("ray", "ray", "the Ray executor", "--executor ray")
 
 
 def shared_files(base: Base) -> dict[str, bytes]:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from servesim.errors import Diagnostic, ServesimError
+from servesim.extras import require
 from servesim.sweep.metrics import DERIVED
 
 FORMATS = (".csv", ".json", ".parquet")
@@ -35,15 +36,9 @@ def results_format(path: str) -> str:
 
 
 def import_pyarrow() -> Any:
-    try:
-        import pyarrow
-        import pyarrow.parquet
-    except ImportError:
-        raise ServesimError([Diagnostic(
-            code="missing-extra", location="-o *.parquet",
-            message="writing Parquet needs pyarrow, which is not installed",
-            hint="pip install 'servesim[parquet]', or write a .csv or .json file")]) from None
-    return pyarrow
+    require("pyarrow.parquet", "parquet", "a Parquet results file (or write .csv or .json)",
+            "*.parquet")
+    return require("pyarrow", "parquet", "Parquet", "*.parquet")
 
 
 def columns(rows: Sequence[Mapping[str, Any]], params: Sequence[str]) -> list[str]:
@@ -125,7 +120,6 @@ def read_results(path: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 
 def _read(path: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     fmt = results_format(path)
-    where = f"{path}"
     try:
         if fmt == ".json":
             doc = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -141,7 +135,7 @@ def _read(path: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         meta = json.loads((table.schema.metadata or {}).get(b"servesim", b"{}"))
         return meta, table.to_pylist()
     except (OSError, ValueError, UnicodeDecodeError) as exc:
-        raise ServesimError([Diagnostic(code="results-file", location=where,
+        raise ServesimError([Diagnostic(code="results-file", location=path,
                                         message=f"not a results file servesim wrote: {exc}",
                                         hint="give the -o file of `servesim sweep` or "
                                         "`servesim search`")]) from None

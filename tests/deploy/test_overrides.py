@@ -4,11 +4,9 @@ validated like the file, errors naming the key."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
-from servesim.cli import main
 from servesim.compiler.overrides import (
     apply_overrides,
     parse_override,
@@ -17,29 +15,7 @@ from servesim.compiler.overrides import (
 )
 from servesim.errors import CompileError
 
-QWEN = ('[engine]\nmodel = "Qwen/Qwen3-32B"\nhardware = "h200_sxm"\n'
-        "[engine.workers.aggregated]\n"
-        '[engine.workers.aggregated.timing]\ntype = "fixed"\nprefill_ms = 10.0\n'
-        "decode_ms = 5.0\n"
-        '[traffic.source]\ntype = "synthetic"\ninput_tokens = 64\noutput_tokens = 4\n'
-        '[traffic.load]\ntype = "concurrency"\nconcurrency = 2\n'
-        "[traffic.stop]\nrequests = 4\n")
-
-
-@pytest.fixture(autouse=True)
-def _workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("COLUMNS", "200")
-    Path("c.toml").write_text(QWEN, encoding="utf-8")
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
+from .conftest import run
 
 
 @pytest.mark.parametrize(("text", "value"), [
@@ -64,23 +40,23 @@ def test_commas_split_values_outside_brackets_and_quotes() -> None:
 
 
 def test_set_changes_what_inspect_and_compile_see(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = run(capsys, "inspect", "c.toml", "--format", "json",
+    code, out, err = run(capsys, "inspect", "tiny.toml", "--format", "json",
                          "--set", "engine.workers.aggregated.parallelism.tensor=2",
                          "--set", "engine.hardware=h100_sxm")
     assert (code, err) == (0, "")
     role = json.loads(out)["roles"]["aggregated"]
     assert (role["tensor"], role["hardware"]) == (2, "h100_sxm")
-    code, out, _ = run(capsys, "compile", "c.toml", "--set",
+    code, out, _ = run(capsys, "compile", "tiny.toml", "--set",
                        "engine.workers.aggregated.parallelism.tensor=4")
     assert code == 0 and json.loads(out)["roles"]["aggregated"]["tensor"] == 4
 
 
 def test_a_later_set_wins_and_replay_and_validate_take_it(
         capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "replay", "c.toml", "--format", "json",
+    code, out, _ = run(capsys, "replay", "tiny.toml", "--format", "json",
                        "--set", "traffic.stop.requests=2", "--set", "traffic.stop.requests=3")
     assert code == 0 and json.loads(out)["num_requests"] == 3
-    assert run(capsys, "validate", "c.toml", "--set", "engine.backend=sglang")[0] == 0
+    assert run(capsys, "validate", "tiny.toml", "--set", "engine.backend=sglang")[0] == 0
 
 
 @pytest.mark.parametrize(("setting", "where", "code"), [
@@ -104,14 +80,14 @@ def test_a_later_set_wins_and_replay_and_validate_take_it(
 def test_a_bad_setting_is_an_input_error_naming_the_key(
         capsys: pytest.CaptureFixture[str], setting: str, where: str, code: str) -> None:
     for command in ("validate", "inspect", "compile", "replay"):
-        exit_code, _, err = run(capsys, command, "c.toml", "--set", setting)
+        exit_code, _, err = run(capsys, command, "tiny.toml", "--set", setting)
         assert exit_code == 1, command
         assert err.startswith(f"error: {where}: ") and f"[{code}" in err
         assert "Traceback" not in err
 
 
 def test_set_on_a_payload_file_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    assert run(capsys, "compile", "c.toml", "-o", "p.json")[0] == 0
+    assert run(capsys, "compile", "tiny.toml", "-o", "p.json")[0] == 0
     code, _, err = run(capsys, "replay", "p.json", "--set", "traffic.stop.requests=2")
     assert code == 1 and "--set changes a TOML config" in err
 

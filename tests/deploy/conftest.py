@@ -1,4 +1,5 @@
-"""A tiny deployment for sweeps and searches: fixed step times, a few requests."""
+"""Finding a deployment (--set, sweep, search, report): a tiny config with fixed step times
+and a few requests, in a scratch folder."""
 
 from __future__ import annotations
 

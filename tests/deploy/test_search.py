@@ -155,13 +155,23 @@ def test_a_search_over_deployments_with_the_load_bisected(
     ("[parameters]\na = [1]\n[load]\nkey = 'x'\nlow = 1\nhigh = 2\n", "needs constraints"),
     ("[parameters]\na = [1]\n[load]\nkey = 'x'\nlow = 2\nhigh = 1\n", "0 < low < high"),
     ("[parameters\n", "invalid TOML"),
+    ('[parameters]\n"engine.workers.aggregated.parallelism.tensr" = [1, 2]\n',
+     "no trial of the search could be replayed"),
 ])
 def test_a_bad_space_is_an_input_error(capsys: pytest.CaptureFixture[str], space: str,
                                        message: str) -> None:
     code, _, err = run(capsys, "search", "tiny.toml", "--space", write_space(space),
                        "-o", "s.json")
     assert code == 1 and message in err and "Traceback" not in err
-    assert not Path("s.db").exists()
+    assert Path("s.db").exists() == ("no trial" in message)  # no study for a bad space
+
+
+@pytest.mark.parametrize("argv", [["--seed", "-1"], ["--top", "0"], ["--trials", "0"],
+                                  ["-j", "0"], ["--set", "engine.hardware=h100_sxm,h200_sxm"]])
+def test_bad_search_options_are_input_errors(capsys: pytest.CaptureFixture[str],
+                                             argv: list[str]) -> None:
+    code, _, err = run(capsys, "search", "tiny.toml", "--space", write_space(), *argv)
+    assert code == 1 and err.startswith("error: ") and "Traceback" not in err
 
 
 def test_search_without_optuna_says_what_to_install(
@@ -184,4 +194,46 @@ def test_the_grid_sampler_tries_every_combination_once(
     assert "of 6 trials met every constraint" in out and "2 could not be replayed" in out
     bad = write_space(SPACE.replace("trials = 6\n", 'sampler = "grid"\n'), "bad.toml")
     code, _, err = run(capsys, "search", "tiny.toml", "--space", bad)
+    assert code == 1 and "the grid sampler takes lists of choices only" in err
+
+
+def test_ctrl_c_keeps_finished_trials_and_resume_completes_them(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from servesim.sweep import trial
+
+    real = trial.run_trial
+    calls: list[int] = []
+
+    def interrupted(base: Any, task: Any, *args: Any, **kw: Any) -> Any:
+        calls.append(task[0])
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(base, task, *args, **kw)
+
+    monkeypatch.setattr("servesim.sweep.executors.run_trial", interrupted)
+    space = write_space(SPACE.replace("{ low = 1, high = 2 }", "{ low = 1, high = 9 }"))
+    code, _, err = run(capsys, "search", "tiny.toml", "--space", space, "-o", "s.json",
+                       "-j", "1", "--trials", "4")
+    kept = len(rows_of("s.json"))  # two replays, and any point proposed again
+    assert code == 130 and f"interrupted: {kept} trials finished" in err and 2 <= kept < 4
+    assert "continue with --resume --storage s.db" in err
+    monkeypatch.setattr("servesim.sweep.executors.run_trial", real)
+    code, _, err = run(capsys, "search", "tiny.toml", "--space", space, "-o", "s.json",
+                       "-j", "1", "--trials", "4", "--resume")
+    assert code == 0, err
+    assert len(rows_of("s.json")) == 4
+
+
+def test_grid_from_the_command_line_and_its_trial_limit(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    space = write_space(SPACE.replace("trials = 6\n", "").replace("{ low = 1, high = 2 }",
+                                                                  "[1, 2]"))
+    assert run(capsys, "search", "tiny.toml", "--space", space, "--sampler", "grid",
+               "-o", "a.json", "-j", "1")[0] == 0
+    assert len(rows_of("a.json")) == 6
+    assert run(capsys, "search", "tiny.toml", "--space", space, "--sampler", "grid",
+               "--trials", "2", "-o", "b.json", "-j", "1")[0] == 0
+    assert len(rows_of("b.json")) == 2
+    code, _, err = run(capsys, "search", "tiny.toml", "--space", write_space(SPACE, "r.toml"),
+                       "--sampler", "grid")
     assert code == 1 and "the grid sampler takes lists of choices only" in err
