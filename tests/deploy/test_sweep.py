@@ -155,3 +155,27 @@ def test_ctrl_c_keeps_the_finished_rows(capsys: pytest.CaptureFixture[str],
     assert code == 130 and "interrupted: 2 of 4 points finished" in err
     with open("r.csv", newline="") as f:
         assert [r["point"] for r in csv.DictReader(f)] == ["0", "1"]
+
+
+def test_an_output_naming_a_file_the_config_reads_is_refused(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    trace = Path(__file__).resolve().parents[2] / "examples" / "traces" / "mooncake_small.jsonl"
+    Path("trace.json").write_bytes(trace.read_bytes())
+    Path("traced.toml").write_text(
+        Path("tiny.toml").read_text().split("[traffic.source]")[0]
+        + '[traffic.source]\ntype = "trace"\npaths = ["trace.json"]\nformat = "mooncake"\n'
+        'block_size = 512\n[traffic.load]\ntype = "trace_timestamps"\n', encoding="utf-8")
+    code, _, err = run(capsys, "sweep", "traced.toml", "--set", f"{REPLICAS}=1,2",
+                       "-o", "trace.json")
+    assert code == 1 and "this run reads this file" in err
+    assert Path("trace.json").read_bytes() == trace.read_bytes()
+
+
+def test_html_without_plotly_is_refused_before_the_sweep(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "plotly", None)
+    monkeypatch.setitem(sys.modules, "plotly.graph_objects", None)
+    code, _, err = run(capsys, "sweep", "tiny.toml", "--set", f"{REPLICAS}=1,2",
+                       "-o", "r.json", "--html", "r.html")
+    assert code == 1 and "pip install 'servesim[report]'" in err
+    assert not Path("r.json").exists()

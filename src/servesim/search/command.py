@@ -92,7 +92,7 @@ def _storage_path(args: argparse.Namespace) -> Path | None:
 
 def run_search(args: argparse.Namespace, registry: EngineRegistry, out: Console,
                err: Console) -> int:
-    from servesim.cli import _not_an_input, _output_path
+    from servesim.cli import _output_path
     from servesim.search.optimize import (
         finished_trials,
         import_optuna,
@@ -101,7 +101,7 @@ def run_search(args: argparse.Namespace, registry: EngineRegistry, out: Console,
         rows_of,
         search,
     )
-    from servesim.sweep.command import load_base, metadata, report_invalid
+    from servesim.sweep.command import check_outputs, load_base, metadata, report_invalid
     from servesim.sweep.executors import check_jobs, default_jobs, open_executor
     from servesim.sweep.progress import TrialProgress
     from servesim.sweep.results import render, results_format, write_atomic
@@ -111,8 +111,10 @@ def run_search(args: argparse.Namespace, registry: EngineRegistry, out: Console,
     fmt = results_format(args.output) if args.output else None
     html = _output_path(args.html, "--html")
     storage = _storage_path(args)
-    _not_an_input({"-o": args.output, "--html": args.html,
-                   "--storage": str(storage) if storage else None}, [args.config, args.space])
+    base, axes = load_base(args.config, args.set, args.plugin)
+    check_outputs(base, registry, {"-o": args.output, "--html": args.html,
+                                   "--storage": str(storage) if storage else None},
+                  [args.config, args.space])
     if storage is not None and storage.exists() and not args.resume:
         raise ServesimError([Diagnostic(
             code="search-storage", location=f"--storage {storage}",
@@ -122,7 +124,6 @@ def run_search(args: argparse.Namespace, registry: EngineRegistry, out: Console,
         raise ServesimError([Diagnostic(code="search-storage", location=f"--storage {storage}",
                                         message="no search is stored here to resume")])
     space = _space(args)
-    base, axes = load_base(args.config, args.set, args.plugin)
     if axes:
         raise ServesimError([Diagnostic(
             code="bad-override", location=f"--set {axes[0].name}=...",

@@ -22,7 +22,7 @@ from servesim.sweep.executors import EXECUTORS, check_jobs, default_jobs, open_e
 from servesim.sweep.progress import TrialProgress
 from servesim.sweep.results import render, results_format, write_atomic
 from servesim.sweep.space import parse_settings, points
-from servesim.sweep.trial import Base, Task
+from servesim.sweep.trial import Base, Task, input_files
 
 EXIT_OK, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 130
 
@@ -64,6 +64,19 @@ def load_base(config: str, settings: Sequence[str], plugins: Sequence[str]) -> t
     return base, axes
 
 
+def check_outputs(base: Base, registry: EngineRegistry, outputs: dict[str, str | None],
+                  inputs: list[str]) -> None:
+    """Before any trial: no output is a file the run reads (its config, trace, timing
+    tables, ``inputs``) or another output; ``--html`` has its extra."""
+    from servesim.cli import _not_an_input
+
+    _not_an_input(outputs, [*inputs, *input_files(base, registry)])
+    if outputs.get("--html"):
+        from servesim.report.page import import_plotly
+
+        import_plotly()
+
+
 def collect(base: Base, tasks: Sequence[Task], args: argparse.Namespace,
             err: Console) -> tuple[list[dict[str, Any]], bool]:
     """Run ``tasks`` with a progress bar; the finished rows in point order, and whether
@@ -99,14 +112,14 @@ def report_invalid(err: Console, rows: Iterable[dict[str, Any]], params: Sequenc
 
 def run_sweep(args: argparse.Namespace, registry: EngineRegistry, out: Console,
               err: Console) -> int:
-    from servesim.cli import _not_an_input, _output_path
+    from servesim.cli import _output_path
 
     output = _output_path(args.output, "-o")
     assert output is not None
     fmt = results_format(args.output)
     html = _output_path(args.html, "--html")
-    _not_an_input({"-o": args.output, "--html": args.html}, [args.config])
     base, axes = load_base(args.config, args.set, args.plugin)
+    check_outputs(base, registry, {"-o": args.output, "--html": args.html}, [args.config])
     params = [a.name for a in axes]
     tasks = list(enumerate(points(axes, zipped=args.zip)))
     rows, complete = collect(base, tasks, args, err)

@@ -21,8 +21,7 @@ from typing import Any
 
 from servesim.errors import Diagnostic, ServesimError
 from servesim.extras import require
-from servesim.payload import payload_files
-from servesim.sweep.trial import Base, Task, compile_point, registry_for, run_trial
+from servesim.sweep.trial import Base, Task, input_files, registry_for, run_trial
 
 _LOCAL: dict[str, Any] = {}
 
@@ -33,12 +32,8 @@ def import_ray() -> Any:
 
 def shared_files(base: Base) -> dict[str, bytes]:
     """The bytes of every file the config (without a point's overrides) names."""
-    try:
-        payload, _ = compile_point(base, (), registry_for(base.plugins))
-    except ServesimError:
-        return {}  # an invalid base: each trial reports why
     out: dict[str, bytes] = {}
-    for path in payload_files(payload):
+    for path in input_files(base, registry_for(base.plugins)):
         try:
             out[path] = Path(path).read_bytes()
         except OSError:
@@ -47,21 +42,27 @@ def shared_files(base: Base) -> dict[str, bytes]:
 
 
 def local_copies(files: dict[str, bytes]) -> dict[str, str]:
-    """Where this worker process reads each shared file: the driver's path when it holds the
-    same bytes, else a copy in a temporary folder (written once per process)."""
+    """Where this worker reads each shared file: the driver's path when it holds the same
+    bytes, else a copy in the node's temporary folder, named by the bytes' hash (so written
+    once per node: the workers of a node share it)."""
     out: dict[str, str] = {}
     for path, data in files.items():
         digest = hashlib.sha256(data).hexdigest()
         if digest not in _LOCAL:
-            if _same_bytes(path, data):
-                _LOCAL[digest] = path
-            else:
-                folder = Path(tempfile.mkdtemp(prefix="servesim-"))
-                copy = folder / Path(path).name
-                copy.write_bytes(data)
-                _LOCAL[digest] = str(copy)
+            _LOCAL[digest] = path if _same_bytes(path, data) else _node_copy(path, data, digest)
         out[path] = _LOCAL[digest]
     return out
+
+
+def _node_copy(path: str, data: bytes, digest: str) -> str:
+    copy = Path(tempfile.gettempdir()) / f"servesim-{digest[:32]}" / Path(path).name
+    if not _same_bytes(str(copy), data):
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=copy.parent)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, copy)  # whole or not at all, whichever worker writes it
+    return str(copy)
 
 
 def _same_bytes(path: str, data: bytes) -> bool:

@@ -22,7 +22,7 @@ from servesim.compiler.model.parsed import ParsedConfig
 from servesim.compiler.overrides import Override, format_key
 from servesim.compiler.source import SourceText
 from servesim.errors import ServesimError
-from servesim.payload import Payload, load_payload, map_paths, payload_to_dict
+from servesim.payload import Payload, load_payload, map_paths, payload_files, payload_to_dict
 from servesim.plugins.manager import EngineRegistry, get_plugin_manager
 from servesim.replay import replay_payload
 from servesim.search.goals import Constraint, LoadSearch
@@ -74,6 +74,16 @@ def compile_point(base: Base, point: tuple[Override, ...],
                                       on_stage=keep_parsed)
     evaluation = parsed[0].evaluation
     return payload, gpu_hour_prices(evaluation.gpu_hour_usd if evaluation else None)
+
+
+def input_files(base: Base, registry: EngineRegistry) -> list[str]:
+    """The files the config (without a point's overrides) names: its trace and timing
+    tables (none when it does not compile: then each point says why)."""
+    try:
+        payload, _ = compile_point(base, (), registry)
+    except ServesimError:
+        return []
+    return payload_files(payload)
 
 
 def run_trial(base: Base, task: Task, registry: EngineRegistry,
