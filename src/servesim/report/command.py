@@ -46,12 +46,8 @@ def _replay_report(path: str) -> dict[str, Any] | None:
 def run_report(args: argparse.Namespace, registry: EngineRegistry, out: Console,
                err: Console) -> int:
     from servesim.cli import _not_an_input, _output_path
-    from servesim.report.page import (
-        import_plotly,
-        read_json_lines,
-        write_replay_report,
-        write_report,
-    )
+    from servesim.report.page import import_plotly, write_replay_report, write_report
+    from servesim.report.series import read_spans
     from servesim.sweep.results import read_results
 
     output = _output_path(args.output, "-o")
@@ -65,8 +61,8 @@ def run_report(args: argparse.Namespace, registry: EngineRegistry, out: Console,
                 code="results-file", location=args.input,
                 message="neither a results file nor a replay report",
                 hint="give the -o file of `servesim sweep`, `search` or `replay`")])
-        records = read_json_lines(args.requests) if args.requests else []
-        write_replay_report(output, report, records)
+        spans = read_spans(args.requests) if args.requests else []
+        write_replay_report(output, report, spans)
     else:
         meta, rows = read_results(args.input)
         write_report(output, meta, rows, params_of(rows[0]) if rows else [])

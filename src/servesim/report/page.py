@@ -12,13 +12,12 @@ ITL distributions.
 from __future__ import annotations
 
 import html
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from servesim.errors import Diagnostic, ServesimError
 from servesim.extras import require
+from servesim.report.series import Span, histogram, series
 from servesim.sweep.metrics import finite
 from servesim.sweep.results import write_atomic
 
@@ -74,56 +73,32 @@ def results_figures(rows: Sequence[Mapping[str, Any]], params: Sequence[str]) ->
     return [pareto, latency]
 
 
-def replay_figures(report: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> list[Any]:
+def replay_figures(spans: Sequence[Span]) -> list[Any]:
     go = import_plotly()
-    done = [r for r in records if finite(r.get("first_token_ms")) is not None]
-    end = max((float(r.get("terminal_time_ms") or 0.0) for r in records), default=0.0)
-    step = max(end / 200.0, 1.0)
-    times = [i * step for i in range(int(end / step) + 1)]
-    tokens = [0.0] * len(times)
-    for r in done:  # output tokens spread evenly from first to last token
-        first, last = float(r["first_token_ms"]), float(r.get("last_token_ms") or 0.0)
-        n = int(r.get("output_length") or 0)
-        for k in range(n):
-            t = first + (last - first) * (k / (n - 1) if n > 1 else 0.0)
-            tokens[min(int(t / step), len(times) - 1)] += 1
-    queued, running, kv = [], [], []
-    for t in times:
-        waiting = [r for r in records if float(r["arrival_time_ms"]) <= t
-                   < float(r.get("first_admit_ms") or r.get("terminal_time_ms") or 0.0)]
-        active = [r for r in done if float(r.get("first_admit_ms") or 0.0) <= t
-                  < float(r.get("terminal_time_ms") or 0.0)]
-        queued.append(len(waiting))
-        running.append(len(active))
-        kv.append(sum(int(r.get("input_length") or 0) + _generated(r, t) for r in active))
-    series = go.Figure()
-    seconds = [t / 1000.0 for t in times]
-    series.add_scatter(x=seconds, y=[n * 1000.0 / step for n in tokens], name="output tok/s")
-    series.add_scatter(x=seconds, y=queued, name="queued requests", yaxis="y2")
-    series.add_scatter(x=seconds, y=running, name="running requests", yaxis="y2")
-    series.add_scatter(x=seconds, y=kv, name="tokens in KV cache (running requests)",
-                       yaxis="y3")
-    series.update_layout(title="Over virtual time",
-                         xaxis={"title": "virtual time (s)", "anchor": "y3"},
-                         yaxis={"title": "output tok/s", "domain": [0.68, 1]},
-                         yaxis2={"title": "requests", "domain": [0.35, 0.63], "anchor": "x"},
-                         yaxis3={"title": "KV tokens", "domain": [0, 0.3], "anchor": "x"})
+    data = series(list(spans))
+    fig = go.Figure()
+    fig.add_scatter(x=data.seconds, y=data.output_tok_s, name="output tok/s")
+    fig.add_scatter(x=data.seconds, y=data.queued, name="queued requests", yaxis="y2")
+    fig.add_scatter(x=data.seconds, y=data.running, name="running requests", yaxis="y2")
+    fig.add_scatter(x=data.seconds, y=data.kv_tokens, yaxis="y3",
+                    name="tokens in KV cache (running requests)")
+    fig.update_layout(title="Over virtual time",
+                      xaxis={"title": "virtual time (s)", "anchor": "y3"},
+                      yaxis={"title": "output tok/s", "domain": [0.68, 1]},
+                      yaxis2={"title": "requests", "domain": [0.35, 0.63], "anchor": "x"},
+                      yaxis3={"title": "KV tokens", "domain": [0, 0.3], "anchor": "x"})
     dist = go.Figure()
-    dist.add_histogram(x=[r["ttft_ms"] for r in done], name="TTFT ms")
-    dist.add_histogram(x=[r["itl_ms"] for r in done if finite(r.get("itl_ms")) is not None],
-                       name="ITL ms (per-request mean)", xaxis="x2", yaxis="y2")
-    dist.update_layout(title="Latency distributions", xaxis={"domain": [0, 0.45]},
+    for name, values, axis in (
+            ("TTFT ms", [s.ttft for s in spans if s.ttft is not None], ""),
+            ("ITL ms (per-request mean)", [s.itl for s in spans if s.itl is not None], "2")):
+        centres, counts, width = histogram(values)
+        dist.add_bar(x=centres, y=counts, width=width, name=name, xaxis=f"x{axis}",
+                     yaxis=f"y{axis}")
+    dist.update_layout(title="Latency distributions (requests per bin)",
+                       xaxis={"domain": [0, 0.45], "title": "TTFT ms"},
                        xaxis2={"domain": [0.55, 1], "title": "ITL ms"},
-                       yaxis2={"anchor": "x2"}, xaxis_title="TTFT ms")
-    return [series, dist]
-
-
-def _generated(record: Mapping[str, Any], t: float) -> int:
-    first, last = float(record["first_token_ms"]), float(record.get("last_token_ms") or 0.0)
-    n = int(record.get("output_length") or 0)
-    if t < first:
-        return 0
-    return n if last <= first else min(n, 1 + int((n - 1) * (t - first) / (last - first)))
+                       yaxis2={"anchor": "x2"})
+    return [fig, dist]
 
 
 def _table(rows: Sequence[Mapping[str, Any]], names: Sequence[str]) -> str:
@@ -171,29 +146,11 @@ def write_report(path: Path, meta: Mapping[str, Any], rows: Sequence[Mapping[str
 
 
 def write_replay_report(path: Path, report: Mapping[str, Any],
-                        records: Sequence[Mapping[str, Any]]) -> None:
+                        spans: Sequence[Span]) -> None:
     """The report of one replay: its report file and its per-request lines."""
-    figures = replay_figures(report, records)
+    figures = replay_figures(spans)
     keys = ("engine", "num_requests", "completed_requests", "output_throughput_tok_s",
             "goodput_request_throughput_rps", "median_ttft_ms", "p99_ttft_ms",
             "median_tpot_ms", "p99_tpot_ms", "servesim_version", "payload_sha256")
     summary = {k: report[k] for k in keys if k in report}
     write_atomic(path, page("servesim replay", figures, summary, "").encode())
-
-
-def read_json_lines(path: str) -> list[dict[str, Any]]:
-    """The records of a ``--requests-out`` file."""
-    out = []
-    try:
-        with open(path, encoding="utf-8") as f:
-            for n, line in enumerate(f, 1):
-                if line.strip():
-                    record = json.loads(line)
-                    if not isinstance(record, dict) or "arrival_time_ms" not in record:
-                        raise ValueError(f"line {n} is not a request record")
-                    out.append(record)
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
-        raise ServesimError([Diagnostic(
-            code="results-file", location=path, message=f"cannot read request records: {exc}",
-            hint="give the --requests-out file of `servesim replay`")]) from None
-    return out
