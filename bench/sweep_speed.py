@@ -4,8 +4,9 @@ process executor and on Ray, with each one's parallel efficiency:
 
     efficiency = serial wall time / (parallel wall time x workers)
 
-1.0 means the sweep took 64 x (one replay) / workers. The rows of every executor are
-compared with the serial ones (they must be identical). Usage::
+1.0 means the sweep took 64 x (one replay) / workers; every executor's time includes
+starting its workers (Ray's is also shown warm, its worker processes already started). The
+rows of every executor are compared with the serial ones (they must be identical). Usage::
 
     python bench/sweep_speed.py                  # every core; Ray when installed
     python bench/sweep_speed.py --jobs 2 --points 32
@@ -46,7 +47,6 @@ def main() -> int:
     # one point per concurrency: replays of the example's size, each a little different
     values = ",".join(str(8 + i % 16) for i in range(args.points))
     _, axes = parse_settings([f"traffic.load.concurrency={values}"])
-    # points repeat concurrencies: give each its own seed-free index
     tasks = list(enumerate(points(axes)))
     serial, reference = sweep(base, tasks, jobs=1)
     one = serial / len(tasks)
@@ -58,14 +58,16 @@ def main() -> int:
             import ray
 
             ray.init(num_cpus=args.jobs, include_dashboard=False, log_to_driver=False)
-            runs.append(("ray", {"executor": "ray"}))
+            # the first Ray sweep also starts Ray's worker processes (each imports
+            # servesim); the second shows a long sweep's steady state
+            runs += [("ray", {"executor": "ray"}), ("ray warm", {"executor": "ray"})]
         except ImportError:
             print("ray: not installed (pip install 'servesim[ray]')")
     for name, kw in runs:
         wall, rows = sweep(base, tasks, **kw)
         same = json.dumps(rows, sort_keys=True) == json.dumps(reference, sort_keys=True)
         ideal = len(tasks) * one / args.jobs
-        print(f"{name:8s} wall {wall:6.2f} s  ideal {ideal:6.2f} s  efficiency "
+        print(f"{name:9s} wall {wall:6.2f} s  ideal {ideal:6.2f} s  efficiency "
               f"{serial / (wall * args.jobs):.2f}  rows identical to serial: {same}")
     return 0
 
