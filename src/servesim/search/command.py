@@ -101,7 +101,13 @@ def run_search(args: argparse.Namespace, registry: EngineRegistry, out: Console,
         rows_of,
         search,
     )
-    from servesim.sweep.command import check_outputs, load_base, metadata, report_invalid
+    from servesim.sweep.command import (
+        check_outputs,
+        finish,
+        load_base,
+        metadata,
+        report_invalid,
+    )
     from servesim.sweep.executors import check_jobs, default_jobs, open_executor
     from servesim.sweep.progress import TrialProgress
     from servesim.sweep.results import render, results_format, write_atomic
@@ -174,16 +180,7 @@ def run_search(args: argparse.Namespace, registry: EngineRegistry, out: Console,
     _print_results(out, rows, front, space, params, args.top)
     if args.output:
         err.print(f"wrote {args.output} ({len(rows)} trials)", markup=False)
-    if html:
-        from servesim.report.page import write_report
-
-        write_report(html, meta, rows, params)
-        err.print(f"wrote {args.html}", markup=False)
-    if rows and all(row["status"] != "ok" for row in rows):
-        raise ServesimError([Diagnostic(code="no-valid-point", location=args.space,
-                                        message="no trial of the search could be replayed",
-                                        hint="the reasons are listed above")])
-    return EXIT_OK
+    return finish(err, html, meta, rows, params, args.space, "trial of the search")
 
 
 def _feasible(row: dict[str, Any], space: Space) -> bool:

@@ -132,14 +132,20 @@ def run_sweep(args: argparse.Namespace, registry: EngineRegistry, out: Console,
         return EXIT_INTERRUPTED
     out.print(results_table(rows, params))
     err.print(f"wrote {args.output} ({len(rows)} points)", markup=False)
+    return finish(err, html, meta, rows, params, args.config, "point of the sweep")
+
+
+def finish(err: Console, html: Path | None, meta: dict[str, Any], rows: list[dict[str, Any]],
+           params: list[str], location: str, what: str) -> int:
+    """The HTML report, if asked for; an input error when no ``what`` could be replayed."""
     if html:
         from servesim.report.page import write_report
 
         write_report(html, meta, rows, params)
-        err.print(f"wrote {args.html}", markup=False)
+        err.print(f"wrote {html}", markup=False)
     if rows and all(row["status"] != "ok" for row in rows):
-        raise ServesimError([Diagnostic(code="no-valid-point", location=args.config,
-                                        message="no point of the sweep could be replayed",
+        raise ServesimError([Diagnostic(code="no-valid-point", location=location,
+                                        message=f"no {what} could be replayed",
                                         hint="the reasons are listed above")])
     return EXIT_OK
 
