@@ -60,14 +60,17 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--stop-after", choices=STAGES, default="lower",
                    help="stop after this stage and print its result")
     c.add_argument("--format", choices=("json", "text"), default="json")
+    add_set_option(c)
 
     v = sub.add_parser("validate", help="check a config, and the trace and timing tables it "
                        "names, without writing a payload")
     v.add_argument("config")
+    add_set_option(v)
 
     i = sub.add_parser("inspect", help="show every resolved value and where it came from")
     i.add_argument("config")
     i.add_argument("--format", choices=("text", "json"), default="text")
+    add_set_option(i)
 
     s = sub.add_parser("schema", help="print a JSON Schema")
     s.add_argument("which", choices=("config", "payload"))
@@ -88,6 +91,10 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--check-invariants", action="store_true",
                    help="audit block reference counts, pool totals, queues, virtual time and "
                    "terminal states at every step (slower; also SERVESIM_CHECK_INVARIANTS=1)")
+    add_set_option(r)
+    from servesim.commands import add_parsers
+
+    add_parsers(sub)
     return p
 
 
@@ -126,6 +133,19 @@ def _deadline(seconds: float | None) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
+def add_set_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="set a config value: KEY a dotted path, VALUE a TOML value "
+                        "(repeatable; a later one wins)")
+
+
+def config_source(path: str | Path, settings: list[str]) -> SourceText:
+    """The config at ``path`` with the ``--set`` changes ``settings``."""
+    from servesim.compiler.overrides import parse_override
+
+    return SourceText.from_path(path, tuple(parse_override(t) for t in settings))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     for stream in ("stdout", "stderr"):
         if getattr(sys, stream) is None:  # closed by the caller (`>&-`): output goes nowhere
@@ -139,8 +159,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         # what plugins print goes to stderr: stdout holds only our output (a JSON report)
         with contextlib.redirect_stdout(sys.stderr):
             registry = _registry(args.plugin)
+            from servesim.commands import handlers
+
             handler = {"compile": _compile, "validate": _validate, "inspect": _inspect,
-                       "schema": _schema, "plugins": _plugins, "replay": _replay}[args.command]
+                       "schema": _schema, "plugins": _plugins, "replay": _replay,
+                       **handlers()}[args.command]
             return handler(args, registry, out, err)
     except ServesimError as exc:
         from servesim.render import print_diagnostics
@@ -181,7 +204,7 @@ def _compile(args: argparse.Namespace, registry: EngineRegistry, out: Console,
              err: Console) -> int:
     output = _output_path(args.output, "-o")
     _not_an_input({"-o": args.output}, [args.config])
-    source = SourceText.from_path(args.config)
+    source = config_source(args.config, args.set)
     artifact = compile_source(source, registry=registry, stop_after=args.stop_after)
     data = stage_to_data(artifact)  # the trace, tables and models it names, once resolved
     _not_an_input({"-o": args.output}, [args.config, *files_named(data)])
@@ -241,7 +264,7 @@ def _validate(args: argparse.Namespace, registry: EngineRegistry, out: Console,
               err: Console) -> int:
     from servesim.replay import check_input_files
 
-    payload = compile_source(SourceText.from_path(args.config), registry=registry)
+    payload = compile_source(config_source(args.config, args.set), registry=registry)
     diags = check_input_files(payload, registry=registry)
     if any(d.severity == "error" for d in diags):
         raise ServesimError(diags)
@@ -253,7 +276,7 @@ def _validate(args: argparse.Namespace, registry: EngineRegistry, out: Console,
 
 def _inspect(args: argparse.Namespace, registry: EngineRegistry, out: Console,
              err: Console) -> int:
-    resolved = compile_source(SourceText.from_path(args.config), registry=registry,
+    resolved = compile_source(config_source(args.config, args.set), registry=registry,
                               stop_after="validate").resolved
     if args.format == "json":
         out.file.write(json.dumps(stage_to_data(resolved), indent=2, sort_keys=True) + "\n")
@@ -316,12 +339,19 @@ def _warn(err: Console, warnings: Sequence[Diagnostic]) -> None:
             err.print(f"  hint: {shown(d.hint)}")
 
 
-def load_input(path: str, registry: EngineRegistry) -> tuple[Payload, Path | None]:
-    """A payload from a TOML config (compiled) or a JSON payload file (loaded and checked)."""
+def load_input(path: str, registry: EngineRegistry,
+               settings: Sequence[str] = ()) -> tuple[Payload, Path | None]:
+    """A payload from a TOML config (compiled, with the ``--set`` changes ``settings``) or
+    a JSON payload file (loaded and checked)."""
     p = Path(path)
     if p.suffix.lower() != ".json":
-        payload: Payload = compile_source(SourceText.from_path(p), registry=registry)
+        payload: Payload = compile_source(config_source(p, list(settings)), registry=registry)
         return payload, None
+    if settings:
+        raise PayloadError([Diagnostic(
+            code="bad-override", location=f"--set {settings[0]}",
+            message="--set changes a TOML config, and this is a compiled payload",
+            hint="replay the config with --set, or compile it again with the change")])
     raw = read_input(p, "a JSON payload", PayloadError)
     try:
         data = json.loads(raw.decode("utf-8"))
@@ -343,7 +373,7 @@ def _replay(args: argparse.Namespace, registry: EngineRegistry, out: Console,
 
     output = _output_path(args.output, "-o")
     requests_out = _output_path(args.requests_out, "--requests-out")
-    payload, base_dir = load_input(args.input, registry)
+    payload, base_dir = load_input(args.input, registry, args.set)
     _not_an_input({"-o": args.output, "--requests-out": args.requests_out},
                   [args.input, *payload_files(payload)])
     show_progress = not args.quiet and err.is_terminal

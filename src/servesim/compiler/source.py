@@ -9,6 +9,7 @@ from typing import Any
 
 import attrs
 
+from servesim.compiler.overrides import Override, apply_overrides
 from servesim.errors import CompileError, Diagnostic, ServesimError
 from servesim.files import Unreadable, read_bounded
 
@@ -28,12 +29,15 @@ class SourceText:
     text: str
     name: str = "<config>"
     base_dir: Path | None = None  # relative trace paths resolve against this
+    # ``--set KEY=VALUE`` changes, applied to the document before it is parsed
+    overrides: tuple[Override, ...] = ()
 
     @classmethod
-    def from_path(cls, path: str | Path) -> SourceText:
+    def from_path(cls, path: str | Path, overrides: tuple[Override, ...] = ()) -> SourceText:
         p = Path(path)
         data = read_input(p, "a TOML file", CompileError)
-        return cls.from_bytes(data, name=str(p), base_dir=p.resolve().parent)
+        return attrs.evolve(cls.from_bytes(data, name=str(p), base_dir=p.resolve().parent),
+                            overrides=overrides)
 
     @classmethod
     def from_bytes(cls, data: bytes, *, name: str = "<config>",
@@ -67,7 +71,7 @@ def load_toml(source: SourceText) -> dict[str, Any]:
                                   "[engine] table with model, hardware and workers",
                                   "empty-config")])
     try:
-        return tomllib.loads(source.text)
+        return apply_overrides(tomllib.loads(source.text), source.overrides)
     except tomllib.TOMLDecodeError as exc:
         msg = str(exc)
         m = _LOCATION.search(msg)

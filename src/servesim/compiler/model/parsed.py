@@ -228,6 +228,8 @@ class Sla:
 @attrs.frozen
 class Evaluation:
     sla: Sla | None = None
+    # USD per GPU-hour by catalog GPU, over the shipped prices (sweep and search costs)
+    gpu_hour_usd: dict[str, Any] | None = None
 
 
 @attrs.frozen
