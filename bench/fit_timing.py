@@ -31,8 +31,9 @@ row weighs ``1 / sqrt(rows of its (GPU, backend, model) partition)`` so that no 
 dominates. Search: Levenberg-Marquardt over the logarithms of the fitted scalars (global
 efficiency scales, the fp8, FP4 and 4-bit weight-only kernels' efficiency relative to
 bf16 for dense and expert GEMMs, the exposed share of the softmax, all-reduce latency,
-per-expert cost, activation copies per token-expert pair, per-backend overheads) with a finite-difference Jacobian, projected onto the bounds
-in ``BOUNDS``. Standard library only.
+per-expert cost, activation copies per token-expert pair, per-backend overheads) with a
+finite-difference Jacobian, projected onto the bounds in ``BOUNDS``. Standard library
+only.
 """
 
 from __future__ import annotations
