@@ -31,6 +31,8 @@ CONTEXT = 2**31
 TOKENS = 2**24
 COUNT = 2**31
 CONCURRENCY = 2**20
+CALIBRATION_SCALE = (0.01, 100.0)  # a fitted scale of prompt or decode work
+CALIBRATION_MS = 1e6  # a fitted fixed time (per pass, per request)
 
 
 def bounded(lo: float | None = None, hi: float | None = None, *, lo_open: bool = False,

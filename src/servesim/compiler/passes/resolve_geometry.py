@@ -44,6 +44,7 @@ from servesim.compiler.model.resolved import Origin, Provenance, ResolvedConfig
 from servesim.compiler.plugin_sections import resolve_engine_options
 from servesim.errors import CompileError, Diagnostic, Path, format_path
 from servesim.payload import (
+    CalibrationArgs,
     KvTransferArgs,
     Placement,
     RoleArgs,
@@ -376,7 +377,9 @@ def _resolve_role(rec: _Recorder, name: str, w: Worker, e: Engine, backend: Back
             rec.note((*path, "timing", key), "derived" if why.startswith("engine.")
                      else "defaulted", why)
     timing = TimingArgs(type=timing_type, prefill_ms=t.prefill_ms, decode_ms=t.decode_ms,
-                        path=table, gemm_quant=gemm_quant, moe_quant=moe_quant)
+                        path=table, gemm_quant=gemm_quant, moe_quant=moe_quant,
+                        calibration=_calibration(rec, t.calibration, name, timing_type,
+                                                 (*path, "timing"), base_dir))
     startup = rec.pick((*path, "startup_seconds"), w.startup_seconds, 0.0)
     role = RoleArgs(
         worker_type=name,  # type: ignore[arg-type]
@@ -390,6 +393,34 @@ def _resolve_role(rec: _Recorder, name: str, w: Worker, e: Engine, backend: Back
         max_model_len=max_model_len, prefix_match_unit=kv.prefix_match_unit, state_cache=state,
         timing=timing, speculation=speculation, startup_seconds=float(startup))
     return role, meta
+
+
+def _calibration(rec: _Recorder, file: str | None, role: str, timing_type: str,
+                 path: Path, base_dir: PathLike | None) -> CalibrationArgs | None:
+    """The values the role's calibration file holds for it (relative to the config's
+    folder, like every file a config names), each noted as derived from the file."""
+    if file is None:
+        return None
+    from servesim.timing.calibration import (
+        VALUE_FIELDS,
+        CalibrationFileError,
+        describe,
+        read_calibration,
+    )
+
+    where = PathLike(file)
+    if base_dir is not None and not where.is_absolute():
+        where = base_dir / where
+    try:
+        values = read_calibration(where, role, timing_type)
+    except CalibrationFileError as exc:
+        d = exc.diagnostic
+        rec.fail((*path, "calibration"), d.code, d.message, d.hint)
+        return None
+    rec.note((*path, "calibration"), "authored")
+    for key in VALUE_FIELDS:
+        rec.note((*path, "calibration", key), "derived", describe(values))
+    return values
 
 
 def _formula(lines: tuple[str, ...], name: str) -> str:
