@@ -84,7 +84,7 @@ def test_calibrate_writes_a_versioned_file_with_provenance_a_config_can_use(
     # the report: per point and overall, before / after / cross-validated
     assert "error per measured point" in out and "cross-validated" in out
     assert "wrote cal.json" in err
-    assert "warning: the points span two loads" in err
+    assert "warning: 2 points over 2 loads: a fixed time per decode pass is not fitted" in err
     # a config uses it
     Path("deploy.toml").write_text(CONFIG.format(tp=2, timing="default")
                                    + 'calibration = "cal.json"\n')

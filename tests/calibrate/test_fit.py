@@ -128,3 +128,19 @@ def test_the_replay_of_a_point_follows_its_load(payload: Payload, tmp_path: Path
     assert t32 is not None and p32 is not None and t2 is not None and p2 is not None
     assert t32 > t2 and p32 > p2  # more clients queue and batch more
     assert tr is not None and pr is not None and tr < t32
+
+
+def test_more_constants_when_the_data_spans_more() -> None:
+    def fields(targets_: list[Target]) -> list[str]:
+        return [k.field for k in knobs_for(["aggregated"], targets_)[0]]
+
+    four = [Target(f"c{c}", 100.0, 10.0, 1024, float(c)) for c in (4, 8, 16, 32)]
+    assert fields(four) == ["prefill_scale", "decode_scale", "front_end_ms"]
+    six = four + [Target(f"c{c}", 100.0, 10.0, 1024, float(c)) for c in (64, 128)]
+    assert fields(six)[-1] == "decode_step_ms"
+    lengths = [*four, Target("long", 300.0, 12.0, 4096, 8.0)]
+    assert "front_end_ms_per_1k_tokens" in fields(lengths)
+    # a P/D deployment: the prefill role prices prompts and the front end, decode the rest
+    split = [k.name for k in knobs_for(["prefill", "decode"], six)[0]]
+    assert split == ["prefill.prefill_scale", "prefill.front_end_ms", "decode.decode_scale",
+                     "decode.decode_step_ms"]

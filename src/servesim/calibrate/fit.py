@@ -7,15 +7,17 @@ of predicted to measured TTFT and TPOT over every point (a relative error, so a 
 long latencies does not outweigh the others) by Levenberg-Marquardt, each Jacobian by
 forward differences, i.e. one replay per point and constant: scales are fitted as their
 logarithm, fixed times in units of the measured latencies they add to, so one step size
-fits all. A faint pull towards the neutral values (no correction) keeps the problem
-well posed where the data say little.
+fits all. A pull towards the neutral values (no correction; :data:`PRIOR`) keeps the
+problem well posed where the data say little.
 
 What is fitted: per role, the scale of prompt work and of decode steps and the front
 end's per-request time; the front end's time per prompt token only when the points span
 prompt lengths (the longest at least 1.5 x the shortest), and a fixed time per decode
-pass only when they span three loads or more. A constant whose Jacobian column the
-others (fitted before it) explain to within :data:`UNDETERMINED` of its length is not
-fitted (kept neutral) and named in a warning: the data cannot tell it apart.
+pass only from :data:`STEP_MS_POINTS` points over three loads or more (with fewer, it
+trades off against the decode scale: four loads of one deployment fit it to a large scale
+and a negative time that predict other deployments worse). A constant whose Jacobian
+column the others (fitted before it) explain to within :data:`UNDETERMINED` of its length
+is not fitted (kept neutral) and named in a warning: the data cannot tell it apart.
 
 Cross-validation: each point is predicted by a fit to the other points (leave one out),
 that fit being one Gauss-Newton step from the full fit with the full fit's Jacobian; the
@@ -41,7 +43,13 @@ ROLE_FIELDS: Mapping[str, tuple[str, ...]] = {
     "decode": ("decode_scale", "decode_step_ms"),
 }
 STEP = 0.1  # finite-difference step in the fitted units
-PRIOR = 1e-3  # weight of the pull towards neutral values
+# Weight of the pull towards the neutral values: a Gaussian prior of +-25% on each scale
+# (and a quarter of the median measured latency on each fixed time) against a 5% noise
+# of the measured means, (0.05 / 0.25) ** 2.
+PRIOR = 0.04
+# A fixed time per decode pass trades off against the decode scale over one
+# deployment's loads; it is fitted from this many points spanning three loads or more.
+STEP_MS_POINTS = 6
 UNDETERMINED = 0.05
 MAX_ITERATIONS = 6
 SCALE_BOUNDS = (math.log(0.05), math.log(20.0))
@@ -133,7 +141,7 @@ def knobs_for(roles: Sequence[str], targets: Sequence[Target]) -> tuple[list[Kno
                 continue
             if field == "front_end_ms_per_1k_tokens" and not spans_isl:
                 continue
-            if field == "decode_step_ms" and (len(loads) < 3 or not tpots):
+            if field == "decode_step_ms" and (len(loads) < 3 or len(tpots) < STEP_MS_POINTS):
                 continue
             unit = {"front_end_ms": ttft, "front_end_ms_per_1k_tokens": ttft * 1000 / mean_isl,
                     "decode_step_ms": statistics.median(tpots) if tpots else 1.0}.get(field, 1.0)
@@ -142,9 +150,10 @@ def knobs_for(roles: Sequence[str], targets: Sequence[Target]) -> tuple[list[Kno
         notes.append("every point was measured at one load: the fit cannot "
                      "tell work that grows with the batch from fixed costs, so predictions "
                      "at other loads are extrapolations; measure at three loads or more")
-    elif len(loads) < 3:
-        notes.append("the points span two loads: a fixed time per decode pass is not fitted "
-                     "(three loads or more fit it)")
+    elif len(loads) < 3 or len(tpots) < STEP_MS_POINTS:
+        notes.append(f"{len(tpots)} points over {len(loads)} loads: a fixed time per decode "
+                     f"pass is not fitted ({STEP_MS_POINTS} points over three loads or more "
+                     "fit it)")
     if not spans_isl:
         notes.append(f"every point has about one prompt length ({min(isls)}-{max(isls)} "
                      "tokens): the front end's time per prompt token is not fitted")
