@@ -146,3 +146,38 @@ def test_fixed_timing_has_nothing_to_calibrate(capsys: pytest.CaptureFixture[str
 def test_output_is_required(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "calibrate", config(), FILES[0])
     assert code == 2 and "-o/--output" in err
+
+
+PD = """
+[engine]
+mode = "disaggregated"
+model = "Qwen/Qwen3-32B"
+hardware = "h100_sxm"
+[engine.workers.prefill.parallelism]
+tensor = 2
+[engine.workers.prefill.timing]
+type = "default"
+{extra}
+[engine.workers.decode.parallelism]
+tensor = 2
+[engine.workers.decode.timing]
+type = "default"
+{extra}
+[engine.kv_transfer]
+bandwidth_gb_per_second = 50.0
+"""
+
+
+def test_a_disaggregated_deployment_calibrates_each_pool(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    Path("pd.toml").write_text(PD.format(extra=""))
+    code, _, err = run(capsys, "calibrate", "pd.toml", *FILES, "-o", "pd.json", "--quiet")
+    assert code == 0, err
+    roles = json.loads(Path("pd.json").read_text())["roles"]
+    assert roles["prefill"]["fitted"] == ["prefill_scale", "front_end_ms"]
+    assert roles["decode"]["fitted"] == ["decode_scale"]
+    Path("pd.toml").write_text(PD.format(extra='calibration = "pd.json"'))
+    payload = compile_file("pd.toml", registry=REGISTRY)
+    decode = payload.roles["decode"].timing.calibration
+    assert decode is not None and decode.decode_scale == roles["decode"]["values"][
+        "decode_scale"]

@@ -42,18 +42,25 @@ ROLE_FIELDS: Mapping[str, tuple[str, ...]] = {
     "prefill": ("prefill_scale", "front_end_ms", "front_end_ms_per_1k_tokens"),
     "decode": ("decode_scale", "decode_step_ms"),
 }
-STEP = 0.1  # finite-difference step in the fitted units
-# Weight of the pull towards the neutral values: a Gaussian prior of +-25% on each scale
-# (and a quarter of the median measured latency on each fixed time) against a 5% noise
-# of the measured means, (0.05 / 0.25) ** 2.
+# finite-difference steps in the fitted units: 10% of a scale, a quarter of the least
+# measured latency for a fixed time (a replay's latencies respond to a fixed time in steps,
+# as requests cross pass boundaries: a larger step averages over them)
+STEP = 0.1
+OFFSET_STEP = 0.25
+# Weights of the pull towards the neutral values: Gaussian priors of +-25% on each scale
+# and of half the least measured latency on each fixed time, against a 5% noise of the
+# measured means: (0.05 / 0.25) ** 2 and (0.05 / 0.5) ** 2.
 PRIOR = 0.04
+PRIOR_OFFSET = 0.01
 # A fixed time per decode pass trades off against the decode scale over one
 # deployment's loads; it is fitted from this many points spanning three loads or more.
 STEP_MS_POINTS = 6
 UNDETERMINED = 0.05
 MAX_ITERATIONS = 6
 SCALE_BOUNDS = (math.log(0.05), math.log(20.0))
-OFFSET_BOUNDS = (-3.0, 3.0)  # in units of the median measured TTFT (TPOT for decode steps)
+# in units of the least measured TTFT (per 1k prompt tokens for the per-token time; TPOT
+# for decode steps): a fixed time that alone would exceed a measured latency is not a fit
+OFFSET_BOUNDS = (-1.0, 1.0)
 
 Values = dict[str, CalibrationArgs]
 Latencies = tuple[float, float | None]
@@ -92,6 +99,14 @@ class Knob:
     def bounds(self) -> tuple[float, float]:
         return SCALE_BOUNDS if self.is_scale else OFFSET_BOUNDS
 
+    @property
+    def step(self) -> float:
+        return STEP if self.is_scale else OFFSET_STEP
+
+    @property
+    def prior(self) -> float:
+        return PRIOR if self.is_scale else PRIOR_OFFSET
+
 
 @attrs.frozen
 class PointFit:
@@ -126,12 +141,14 @@ def mape(pairs: Sequence[tuple[float | None, float | None]]) -> float | None:
 def knobs_for(roles: Sequence[str], targets: Sequence[Target]) -> tuple[list[Knob], list[str]]:
     """The constants the data can carry, and notes on the ones it cannot."""
     notes = []
-    ttft = statistics.median(t.ttft_ms for t in targets)
+    # a fixed time cannot exceed the latency it is part of at any point: each is fitted in
+    # units of the least such latency measured, within one unit either way
+    min_ttft = min(t.ttft_ms for t in targets)
+    per_1k = min(t.ttft_ms * 1000.0 / t.input_tokens for t in targets)
     tpots = [t.tpot_ms for t in targets if t.tpot_ms is not None]
     isls = [t.input_tokens for t in targets]
     loads = sorted({t.load for t in targets})
     spans_isl = max(isls) >= 1.5 * min(isls)
-    mean_isl = statistics.fmean(isls)
     out = []
     for role in roles:
         for field in ROLE_FIELDS[role]:
@@ -143,8 +160,8 @@ def knobs_for(roles: Sequence[str], targets: Sequence[Target]) -> tuple[list[Kno
                 continue
             if field == "decode_step_ms" and (len(loads) < 3 or len(tpots) < STEP_MS_POINTS):
                 continue
-            unit = {"front_end_ms": ttft, "front_end_ms_per_1k_tokens": ttft * 1000 / mean_isl,
-                    "decode_step_ms": statistics.median(tpots) if tpots else 1.0}.get(field, 1.0)
+            unit = {"front_end_ms": min_ttft, "front_end_ms_per_1k_tokens": per_1k,
+                    "decode_step_ms": min(tpots) if tpots else 1.0}.get(field, 1.0)
             out.append(Knob(role, field, unit))
     if len(loads) == 1:
         notes.append("every point was measured at one load: the fit cannot "
@@ -209,8 +226,8 @@ class _Problem:
         total = len(u) * len(self.targets)
         for j in range(len(u)):
             v = list(u)
-            hi = self.knobs[j].bounds()[1]
-            h = STEP if v[j] + STEP <= hi else -STEP
+            hi, step = self.knobs[j].bounds()[1], self.knobs[j].step
+            h = step if v[j] + step <= hi else -step
             v[j] += h
             for i in range(len(self.targets)):
                 for r, (a, b) in enumerate(zip(self.residuals(i, v), base[i], strict=True)):
@@ -290,17 +307,20 @@ def _flat(rows: Sequence[Sequence[float]]) -> list[float]:
     return [x for r in rows for x in r]
 
 
-def _cost(rows: Sequence[Sequence[float]], u: Sequence[float]) -> float:
-    return sum(x * x for x in _flat(rows)) + PRIOR * sum(x * x for x in u)
+def _cost(rows: Sequence[Sequence[float]], u: Sequence[float],
+          priors: Sequence[float]) -> float:
+    return sum(x * x for x in _flat(rows)) + sum(
+        w * x * x for w, x in zip(priors, u, strict=True))
 
 
 def _step(jac: Sequence[Sequence[Sequence[float]]], res: Sequence[Sequence[float]],
-          u: Sequence[float], damping: float, points: Sequence[int]) -> list[float]:
+          u: Sequence[float], damping: float, points: Sequence[int],
+          priors: Sequence[float]) -> list[float]:
     """The Levenberg-Marquardt step over ``points``: ``(JᵀJ + prior + damping·diag) δ =
     -(Jᵀr + prior·u)``."""
     k = len(u)
     a = [[0.0] * k for _ in range(k)]
-    g = [PRIOR * x for x in u]
+    g = [w * x for w, x in zip(priors, u, strict=True)]
     for i in points:
         for row, r in zip(jac[i], res[i], strict=True):
             for p in range(k):
@@ -308,7 +328,7 @@ def _step(jac: Sequence[Sequence[Sequence[float]]], res: Sequence[Sequence[float
                 for q in range(k):
                     a[p][q] += row[p] * row[q]
     for p in range(k):
-        a[p][p] += PRIOR + damping * a[p][p]
+        a[p][p] += priors[p] + damping * a[p][p]
     return solve(a, [-x for x in g])
 
 
@@ -344,17 +364,18 @@ def _levenberg_marquardt(prob: _Problem, u: list[float], base: list[list[float]]
     if not u:
         return u, base, jac
     everyone = range(len(prob.targets))
+    priors = [k.prior for k in prob.knobs]
     damping = 1e-3
-    cost = _cost(base, u)
+    cost = _cost(base, u, priors)
     for iteration in range(MAX_ITERATIONS):
         improved = False
         for _ in range(4):
             trial = _clamp(prob.knobs, [x + d for x, d in zip(
-                u, _step(jac, base, u, damping, everyone), strict=True)])
+                u, _step(jac, base, u, damping, everyone, priors), strict=True)])
             if max(abs(x - y) for x, y in zip(trial, u, strict=True)) < 1e-3:
                 break
             res = prob.all_residuals(trial, f"fitting, step {iteration + 1}")
-            new = _cost(res, trial)
+            new = _cost(res, trial, priors)
             if new < cost:
                 moved = max(abs(x - y) for x, y in zip(trial, u, strict=True))
                 u, base, improved = trial, res, cost - new > 1e-5 and moved > 0.01
@@ -376,8 +397,8 @@ def _leave_one_out(prob: _Problem, u: list[float], base: list[list[float]],
     out: list[Latencies | None] = []
     for i in range(n):
         others = [j for j in range(n) if j != i]
-        v = _clamp(prob.knobs, [x + d for x, d in zip(
-            u, _step(jac, base, u, 0.0, others), strict=True)]) if u else u
+        step = _step(jac, base, u, 0.0, others, [k.prior for k in prob.knobs])
+        v = _clamp(prob.knobs, [x + d for x, d in zip(u, step, strict=True)]) if u else u
         out.append(prob.latencies(i, v))
         prob.tick("cross-validating", i + 1, n)
     return out
