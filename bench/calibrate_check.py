@@ -1,7 +1,7 @@
 """How far ``servesim calibrate`` takes the default timing on a deployment family it is
 given a few measurements of.
 
-    .venv/bin/python bench/calibrate_check.py                  # every partition, ~15 min
+    .venv/bin/python bench/calibrate_check.py                  # every partition, ~16 min
     .venv/bin/python bench/calibrate_check.py --holdout 12     # fewer held-out rows each
     .venv/bin/python bench/calibrate_check.py --partition Qwen3-32B
 
@@ -111,7 +111,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--min-rows", type=int, default=12)
     ap.add_argument("--calib-rows", type=int, default=4)
-    ap.add_argument("--holdout", type=int, default=30,
+    ap.add_argument("--holdout", type=int, default=20,
                     help="held-out rows replayed per partition (0: all)")
     ap.add_argument("--max-tokens", type=int, default=1_000_000,
                     help="output tokens per replay (fewer waves above)")
