@@ -135,6 +135,15 @@ def test_bad_input_gets_a_diagnostic_and_writes_nothing(
     assert {p.name: p.read_bytes() for p in Path().iterdir()} == before
 
 
+def test_too_many_points_are_refused_before_any_replay(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    doc = json.loads(Path(FILES[0]).read_text())
+    Path("many.json").write_text(json.dumps([doc] * 201))
+    code, _, err = run(capsys, "calibrate", config(), "many.json", "-o", "cal.json")
+    assert code == 1 and "201 measured points; calibrate on at most 200" in err
+    assert not Path("cal.json").exists()
+
+
 def test_fixed_timing_has_nothing_to_calibrate(capsys: pytest.CaptureFixture[str]) -> None:
     Path("deploy.toml").write_text(CONFIG.format(tp=2, timing="fixed")
                                    + "prefill_ms = 10\ndecode_ms = 5\n")

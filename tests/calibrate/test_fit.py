@@ -54,14 +54,23 @@ def synthesise(payload: Payload, shapes: list[tuple[int, int]], truth: Calibrati
     return out
 
 
-def run_fit(payload: Payload, points: list[MeasuredPoint]) -> object:
+def run_fit(payload: Payload, points: list[MeasuredPoint],
+            progress: list[tuple[str, int, int]] | None = None) -> object:
     return fit(targets(points), ["aggregated"],
-               predictor(payload, points, registry=REGISTRY, base_dir=None))
+               predictor(payload, points, registry=REGISTRY, base_dir=None),
+               progress=None if progress is None else lambda *a: progress.append(a))
 
 
 def test_fit_recovers_known_constants_from_noisy_synthesised_points(payload: Payload) -> None:
     points = synthesise(payload, [(2, 512), (8, 512), (2, 2048), (8, 2048)], TRUE, 0.01)
-    result = run_fit(payload, points)
+    progress: list[tuple[str, int, int]] = []
+    result = run_fit(payload, points, progress)
+    # the progress bar's feed: each phase counts its replays up to its total
+    phases = [p for i, p in enumerate(progress) if i == 0 or progress[i - 1][0] != p[0]]
+    assert phases[0] == ("replaying as configured", 1, 4)
+    assert phases[-1] == ("cross-validating", 1, 4) and progress[-1] == (
+        "cross-validating", 4, 4)
+    assert any(name == "sensitivities" and total == 16 for name, _, total in phases)
     got = result.values["aggregated"]  # type: ignore[attr-defined]
     assert got.prefill_scale == pytest.approx(TRUE.prefill_scale, rel=0.1)
     assert got.decode_scale == pytest.approx(TRUE.decode_scale, rel=0.05)

@@ -188,12 +188,11 @@ class _Problem:
     """Residuals of the fit with a cache of replays (a point at the same values is not
     replayed twice)."""
 
-    def __init__(self, targets: Sequence[Target], roles: Sequence[str], predict: Predict,
-                 progress: Progress | None) -> None:
+    def __init__(self, targets: Sequence[Target], roles: Sequence[str], knobs: list[Knob],
+                 predict: Predict, progress: Progress | None) -> None:
         self.targets, self.roles, self.predict = list(targets), list(roles), predict
-        self.progress = progress
+        self.knobs, self.progress = knobs, progress
         self.cache: dict[tuple[int, tuple[float, ...]], Latencies] = {}
-        self.knobs: list[Knob] = []
 
     def latencies(self, i: int, u: Sequence[float]) -> Latencies:
         key = (i, tuple(round(x, 12) for x in u))
@@ -249,9 +248,8 @@ def _log_ratio(predicted: float | None, measured: float) -> float:
 def fit(targets: Sequence[Target], roles: Sequence[str], predict: Predict, *,
         progress: Progress | None = None) -> FitResult:
     """Fit the corrections of ``roles`` to ``targets`` by replaying them with ``predict``."""
-    prob = _Problem(targets, roles, predict, None)
     knobs, warnings = knobs_for(roles, targets)
-    prob.knobs, prob.progress = knobs, progress
+    prob = _Problem(targets, roles, knobs, predict, progress)
     u = [0.0] * len(knobs)
     base = prob.all_residuals(u, "replaying as configured")
     before = [prob.latencies(i, u) for i in range(len(targets))]

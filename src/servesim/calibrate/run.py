@@ -33,7 +33,6 @@ from servesim.calibrate.fit import (
     Progress,
     Target,
     Values,
-    error,
     fit,
     mape,
 )
@@ -58,6 +57,7 @@ RATE_REQUESTS = 200  # requests of a rate-driven point that does not record its 
 MAX_OUTPUT_TOKENS = 2_000_000  # per replay: fewer requests beyond (at least one wave)
 SEED = 42
 OUTPUT_SPREAD = 0.2
+MAX_POINTS = 200
 
 
 def targets(points: Sequence[MeasuredPoint]) -> list[Target]:
@@ -178,6 +178,13 @@ def calibrate(payload: Payload, files: Sequence[MeasurementFile], *,
               progress: Progress | None = None) -> tuple[FitResult, list[str]]:
     """Fit the corrections of every role of ``payload`` to the points of ``files``."""
     points = [p for f in files for p in f.points]
+    if len(points) > MAX_POINTS:
+        raise ServesimError([Diagnostic(
+            code="calibrate-points", location=", ".join(os.path.basename(f.path)
+                                                        for f in files)[:200],
+            message=f"{len(points)} measured points; calibrate on at most {MAX_POINTS} "
+                    "(each is replayed about 20 times)",
+            hint="give the runs of the config's deployment only")])
     notes = deployment_warnings(payload, points)
     calibrated = [name for name, role in payload.roles.items() if role.timing.calibration]
     if calibrated:
@@ -240,12 +247,3 @@ def document(payload: Payload, result: FitResult, *, config: str,
              for name, role in payload.roles.items()}
     return calibration_document(roles, provenance)
 
-
-def relative_errors(p: Any) -> dict[str, float | None]:
-    """A point's errors (fractions): before, after and cross-validated, TTFT and TPOT."""
-    out: dict[str, float | None] = {}
-    for which in ("before", "after", "cross"):
-        lat = getattr(p, which)
-        out[f"{which}_ttft"] = error(lat[0], p.target.ttft_ms) if lat else None
-        out[f"{which}_tpot"] = error(lat[1], p.target.tpot_ms) if lat else None
-    return out
