@@ -67,7 +67,7 @@ def test_fit_recovers_known_constants_from_noisy_synthesised_points(payload: Pay
     result = run_fit(payload, points, progress)
     # the progress bar's feed: each phase counts its replays up to its total
     phases = [p for i, p in enumerate(progress) if i == 0 or progress[i - 1][0] != p[0]]
-    assert phases[0] == ("replaying as configured", 1, 4)
+    assert phases[0] == ("as configured", 1, 4)
     assert phases[-1] == ("cross-validating", 1, 4) and progress[-1] == (
         "cross-validating", 4, 4)
     assert any(name == "sensitivities" and total == 16 for name, _, total in phases)

@@ -251,7 +251,7 @@ def fit(targets: Sequence[Target], roles: Sequence[str], predict: Predict, *,
     knobs, warnings = knobs_for(roles, targets)
     prob = _Problem(targets, roles, knobs, predict, progress)
     u = [0.0] * len(knobs)
-    base = prob.all_residuals(u, "replaying as configured")
+    base = prob.all_residuals(u, "as configured")
     before = [prob.latencies(i, u) for i in range(len(targets))]
     jac = prob.jacobian(u, base)
     keep, notes = _determined(knobs, jac)
