@@ -1,4 +1,4 @@
-"""Command-line interface: ``servesim compile|validate|inspect|schema|plugins|replay``.
+"""Command-line interface: ``servesim compile|validate|inspect|schema|plugins|replay|calibrate``.
 
 Exit codes: 0 success, 1 the input is wrong (diagnostics on stderr) or the output cannot
 be written (a reader of stdout that went away included), 2 usage error, 130 interrupted.
@@ -91,6 +91,20 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--check-invariants", action="store_true",
                    help="audit block reference counts, pool totals, queues, virtual time and "
                    "terminal states at every step (slower; also SERVESIM_CHECK_INVARIANTS=1)")
+    cal = sub.add_parser("calibrate", help="fit the config's timing to measured benchmark "
+                         "results and write a calibration file")
+    cal.add_argument("config", help="config file (TOML): the deployment that was measured")
+    cal.add_argument("measurements", nargs="+", metavar="MEASUREMENTS",
+                     help="CSV in silicon_dev.csv's columns, vllm bench serve result JSON, "
+                     "or AIPerf / GenAI-Perf profile export JSON")
+    cal.add_argument("-o", "--output", required=True,
+                     help="write the calibration file (JSON) here")
+    cal.add_argument("--format", choices=("text", "json"), default="text",
+                     help="stdout format: tables, or the calibration file")
+    cal.add_argument("--output-spread", type=float, default=0.2, metavar="FRACTION",
+                     help="spread the replayed output lengths uniformly over mean x (1 +- "
+                     "FRACTION), as a benchmark's clients drift apart (0: in lockstep)")
+    cal.add_argument("--quiet", action="store_true", help="no progress bar")
     add_set_option(r)
     from servesim.commands import add_parsers
 
@@ -163,7 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             handler = {"compile": _compile, "validate": _validate, "inspect": _inspect,
                        "schema": _schema, "plugins": _plugins, "replay": _replay,
-                       **handlers()}[args.command]
+                       "calibrate": _calibrate, **handlers()}[args.command]
             return handler(args, registry, out, err)
     except ServesimError as exc:
         from servesim.render import print_diagnostics
@@ -424,6 +438,74 @@ def _nothing_completed(where: str, report: dict[str, Any]) -> Diagnostic:
         message=f"no request of {report['num_requests']} completed: {'; '.join(parts)}",
         hint="shorten the prompts or raise engine.context_length and the KV cache "
         "(kv_cache.memory_fraction, more GPUs per worker); or let the replay run longer")
+
+
+def _calibrate(args: argparse.Namespace, registry: EngineRegistry, out: Console,
+               err: Console) -> int:
+    from servesim.calibrate.measurements import read_measurements
+    from servesim.calibrate.run import calibrate, document
+    from servesim.render import calibration_tables
+
+    if not 0.0 <= args.output_spread < 1.0:  # also NaN
+        raise ServesimError([Diagnostic(
+            code="usage", location="--output-spread",
+            message=f"must be in [0, 1), got {args.output_spread}",
+            hint="0.2 spreads output lengths by +-20%; 0 replays the clients in lockstep")])
+    output = _output_path(args.output, "-o")
+    assert output is not None
+    _not_an_input({"-o": args.output}, [args.config, *args.measurements])
+    source = SourceText.from_path(args.config)
+    payload: Payload = compile_source(source, registry=registry)
+    files = [read_measurements(Path(m)) for m in args.measurements]
+    bar = _steps(err, not args.quiet and err.is_terminal)
+    with bar:
+        result, warnings = calibrate(payload, files, registry=registry,
+                                     base_dir=Path(args.config).resolve().parent,
+                                     spread=args.output_spread, progress=bar.update)
+    doc = document(payload, result, config=args.config, files=files, warnings=warnings)
+    text = json.dumps(doc, indent=2, sort_keys=True) + "\n"
+    _write_output(output, text, "-o")
+    if args.format == "json":
+        sys.stdout.write(text)
+    else:
+        for table in calibration_tables(doc):
+            out.print(table)
+        err.print(f"wrote {args.output}")
+    for warning in warnings:
+        err.print(f"warning: {warning}", highlight=False, soft_wrap=True)
+    return EXIT_OK
+
+
+class _steps:
+    """A transient progress bar of the replays of each phase of a calibration."""
+
+    def __init__(self, console: Console, enabled: bool) -> None:
+        self.console, self.enabled = console, enabled
+        self._bar: Any = None
+        self._task: Any = None
+        self._phase = ""
+
+    def __enter__(self) -> _steps:
+        if self.enabled:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+            self._bar = Progress(TextColumn("{task.description}"), BarColumn(),
+                                 MofNCompleteColumn(), console=self.console, transient=True)
+            self._bar.__enter__()
+            self._task = self._bar.add_task("replaying", total=None)
+        return self
+
+    def update(self, phase: str, done: int, total: int) -> None:
+        if self._bar is None:
+            return
+        if phase != self._phase:
+            self._phase = phase
+            self._bar.reset(self._task, total=total, description=f"replaying: {phase}")
+        self._bar.update(self._task, completed=done)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(*exc)
 
 
 class _progress:

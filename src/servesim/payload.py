@@ -28,6 +28,23 @@ ROLES: tuple[Role, ...] = ("aggregated", "prefill", "decode")
 
 
 @attrs.frozen
+class CalibrationArgs:
+    """Corrections ``servesim calibrate`` fitted to a role's timing (read from the
+    calibration file the config names): prompt work and decode steps scaled, a fixed
+    time added per decode pass, and per request to the front end (also per 1,000 prompt
+    tokens). Neutral values change nothing."""
+
+    prefill_scale: float = bounded(L.CALIBRATION_SCALE[0], L.CALIBRATION_SCALE[1], default=1.0)
+    decode_scale: float = bounded(L.CALIBRATION_SCALE[0], L.CALIBRATION_SCALE[1], default=1.0)
+    decode_step_ms: float = bounded(-L.CALIBRATION_MS, L.CALIBRATION_MS, default=0.0)
+    front_end_ms: float = bounded(-L.CALIBRATION_MS, L.CALIBRATION_MS, default=0.0)
+    front_end_ms_per_1k_tokens: float = bounded(-L.CALIBRATION_MS, L.CALIBRATION_MS,
+                                                default=0.0)
+    file: str | None = None  # the calibration file's name and hash (provenance)
+    sha256: str | None = None
+
+
+@attrs.frozen
 class TimingArgs:
     """Step-time provider of a role: ``fixed``, ``polynomial``, ``default``, ``table``,
     ``measured``."""
@@ -44,6 +61,7 @@ class TimingArgs:
     # backend version whose kernel tables price the passes (None: the newest covered)
     kv_quant: str | None = None
     backend_version: str | None = None
+    calibration: CalibrationArgs | None = None  # from a calibration file, any timing type
 
 
 @attrs.frozen

@@ -113,15 +113,23 @@ def _role_tree(node: Tree, role: str, r: RoleArgs, prov: Mapping[str, Provenance
             parent = sections[section]
         key = path[-1]
         if attrs.has(type(value)):
-            sub = parent.add(key)
-            for g in attrs.fields(type(value)):
-                if getattr(value, g.name) is None:
-                    continue
-                _leaf(sub, g.name, getattr(value, g.name),
-                      prov.get(f"{format_path(path)}.{g.name}")
-                      or prov.get(format_path(path)))
+            _attrs_tree(parent, key, value, format_path(path), prov)
             continue
         _leaf(parent, key, value, prov.get(format_path(path)))
+
+
+def _attrs_tree(parent: Tree, key: str, value: Any, where: str,
+                prov: Mapping[str, Provenance]) -> None:
+    """An attrs value as a branch of its set fields (nested ones as branches too)."""
+    sub = parent.add(key)
+    for g in attrs.fields(type(value)):
+        item = getattr(value, g.name)
+        if item is None:
+            continue
+        if attrs.has(type(item)):
+            _attrs_tree(sub, g.name, item, f"{where}.{g.name}", prov)
+            continue
+        _leaf(sub, g.name, item, prov.get(f"{where}.{g.name}") or prov.get(where))
 
 
 def report_table(report: Mapping[str, Any]) -> Table:
@@ -162,3 +170,37 @@ def report_summary(report: Mapping[str, Any], *, wall_time_ms: float | None = No
     for k, v in rows:
         table.add_row(k, v)
     return table
+
+
+def calibration_tables(doc: Mapping[str, Any]) -> list[Table]:
+    """A calibration file's fit as tables: each point's error before, after and
+    cross-validated, the overall errors, and the fitted values per role."""
+    fit = doc["fit"]
+
+    def pct(measured: float | None, lat: Mapping[str, Any] | None, key: str) -> str:
+        if lat is None or measured is None or lat.get(key) is None:
+            return "-"
+        return f"{100.0 * (lat[key] / measured - 1.0):+.1f}%"
+
+    points = Table("point", "TTFT ms", "before", "after", "cross-val.", "TPOT ms", "before",
+                   "after", "cross-val.", title="error per measured point (predicted / "
+                   "measured - 1)")
+    for p in fit["points"]:
+        m = p["measured"]
+        row = [p["label"]]
+        for key in ("ttft_ms", "tpot_ms"):
+            row.append("-" if m[key] is None else f"{m[key]:.2f}")
+            row += [pct(m[key], p[which], key)
+                    for which in ("before", "after", "cross_validated")]
+        points.add_row(*row)
+    overall = Table("mean abs. error", "before", "after", "cross-validated",
+                    title="over all points")
+    for key, name in (("ttft_mape_percent", "TTFT"), ("tpot_mape_percent", "TPOT")):
+        overall.add_row(name, *("-" if fit[w][key] is None else f"{fit[w][key]:.1f}%"
+                                for w in ("before", "after", "cross_validated")))
+    values = Table("role", "constant", "value", "fitted", title="calibrated values")
+    for role, entry in doc["roles"].items():
+        for key, value in entry["values"].items():
+            values.add_row(role, key, f"{value:.4g}",
+                           "yes" if key in entry["fitted"] else "no (neutral)")
+    return [points, overall, values]

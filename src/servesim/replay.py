@@ -37,6 +37,7 @@ from servesim.workloads import (
     unreadable_trace,
     validate_trace,
 )
+from servesim.workloads.driver import SessionWorkload
 from servesim.workloads.mooncake import iter_trace_rows
 from servesim.workloads.spec import (
     TRACE_FORMATS,
@@ -110,13 +111,15 @@ def check_input_files(payload: Payload, *, registry: EngineRegistry,
 
 def replay_payload(payload: Payload, *, registry: EngineRegistry, base_dir: Path | None = None,
                    requests_out: Path | None = None,
-                   progress: Callable[[float], None] | None = None) -> ReplayOutcome:
+                   progress: Callable[[float], None] | None = None,
+                   workload: SessionWorkload | None = None) -> ReplayOutcome:
     """Check the payload with its engine's rules, replay it, return the report.
 
     Per-request records stream to ``requests_out`` (JSON lines) as requests finish, so
     memory per finished request stays O(1) beyond the latency samples; they go to a
     temporary file beside it, renamed over it when the replay ends, so a replay that fails
-    leaves the previous file in place.
+    leaves the previous file in place. ``workload`` replaces the one ``payload.workload``
+    describes (the report still names the latter).
     """
     engine = registry.get(payload.engine)
     if engine is None:
@@ -135,8 +138,10 @@ def replay_payload(payload: Payload, *, registry: EngineRegistry, base_dir: Path
         timing_sources, warnings = measured_notes(payload.roles)
     collector = MetricsCollector(payload.sla)
     started = time.perf_counter()
-    with build_workload(payload.workload, base_dir=base_dir,
-                        formats=registry.trace_formats) as workload, \
+    if workload is None:
+        workload = build_workload(payload.workload, base_dir=base_dir,
+                                  formats=registry.trace_formats)
+    with workload, \
             use_providers(registry.timing_providers), _fewer_collections(), \
             registry.guard(payload.engine, hook % "replay"), contextlib.ExitStack() as stack:
         sink: Callable[[RequestRecord], None] = collector.add

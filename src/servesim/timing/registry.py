@@ -117,4 +117,9 @@ def make_timer(role: RoleArgs) -> StepTimer:
             [Diagnostic(code="timing-unavailable", message=message,
                         path=_timing_path(role, "type"))]
         )
-    return factory(role)
+    timer = factory(role)
+    if role.timing.calibration is None:
+        return timer
+    from servesim.timing.calibration import CalibratedTimer
+
+    return CalibratedTimer(timer, role.timing.calibration)

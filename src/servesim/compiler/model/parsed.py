@@ -109,6 +109,7 @@ class Timing:
     prefill_ms: float | None = nonneg(STEP_MS)
     decode_ms: float | None = nonneg(STEP_MS)
     path: str | None = None
+    calibration: str | None = None  # a servesim calibrate file, relative to the config
 
 
 @attrs.frozen

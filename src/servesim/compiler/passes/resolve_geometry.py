@@ -44,6 +44,7 @@ from servesim.compiler.model.resolved import Origin, Provenance, ResolvedConfig
 from servesim.compiler.plugin_sections import resolve_engine_options
 from servesim.errors import CompileError, Diagnostic, Path, format_path
 from servesim.payload import (
+    CalibrationArgs,
     KvTransferArgs,
     Placement,
     RoleArgs,
@@ -379,7 +380,9 @@ def _resolve_role(rec: _Recorder, name: str, w: Worker, e: Engine, backend: Back
         kv_quant, version = _measured_keys(rec, e, path)
     timing = TimingArgs(type=timing_type, prefill_ms=t.prefill_ms, decode_ms=t.decode_ms,
                         path=table, gemm_quant=gemm_quant, moe_quant=moe_quant,
-                        kv_quant=kv_quant, backend_version=version)
+                        kv_quant=kv_quant, backend_version=version,
+                        calibration=_calibration(rec, t.calibration, name, timing_type,
+                                                 (*path, "timing"), base_dir))
     startup = rec.pick((*path, "startup_seconds"), w.startup_seconds, 0.0)
     role = RoleArgs(
         worker_type=name,  # type: ignore[arg-type]
@@ -407,6 +410,34 @@ def _measured_keys(rec: _Recorder, e: Engine, path: Path) -> tuple[str | None, s
              f"engine.backend_version {version!r}" if version
              else "the newest version the kernel tables cover")
     return kv_quant, version
+
+
+def _calibration(rec: _Recorder, file: str | None, role: str, timing_type: str,
+                 path: Path, base_dir: PathLike | None) -> CalibrationArgs | None:
+    """The values the role's calibration file holds for it (relative to the config's
+    folder, like every file a config names), each noted as derived from the file."""
+    if file is None:
+        return None
+    from servesim.timing.calibration import (
+        VALUE_FIELDS,
+        CalibrationFileError,
+        describe,
+        read_calibration,
+    )
+
+    where = PathLike(file)
+    if base_dir is not None and not where.is_absolute():
+        where = base_dir / where
+    try:
+        values = read_calibration(where, role, timing_type)
+    except CalibrationFileError as exc:
+        d = exc.diagnostic
+        rec.fail((*path, "calibration"), d.code, d.message, d.hint)
+        return None
+    rec.note((*path, "calibration"), "authored")
+    for key in VALUE_FIELDS:
+        rec.note((*path, "calibration", key), "derived", describe(values))
+    return values
 
 
 def _formula(lines: tuple[str, ...], name: str) -> str:
