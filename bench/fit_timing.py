@@ -398,8 +398,8 @@ def main() -> int:
                 + " that can be replayed, each measurement once; "
                 + (f"{args.leave_out_gpu} left out)" if args.leave_out_gpu
                    else "calib.holdout fold excluded)"),
-        "prediction": "the benchmark's closed loop replayed through the vLLM engine "
-                      "(calib.replay, re-priced from calib.record)",
+        "prediction": "each row's config (calib.config) compiled and replayed as servesim "
+                      "replay does (calib.replay), re-priced from calib.record",
         "loss": f"Huber ({HUBER}) least squares of the {args.error} TPOT error + "
                 f"{args.ttft_weight} x the {args.error} TTFT error, rows weighted "
                 "1/sqrt(partition size)",

@@ -466,7 +466,7 @@ def _calibrate(args: argparse.Namespace, registry: EngineRegistry, out: Console,
     text = json.dumps(doc, indent=2, sort_keys=True) + "\n"
     _write_output(output, text, "-o")
     if args.format == "json":
-        sys.stdout.write(text)
+        out.file.write(text)
     else:
         for table in calibration_tables(doc):
             out.print(table)
