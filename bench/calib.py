@@ -426,8 +426,9 @@ def config(row: Row, *, requests: int, timing: str = "default") -> str:
     attention-DP balance), one rule for every row:
 
     - the weights run at the row's GEMM and expert precision, and a deployment whose
-      weights are quantised to FP8 or FP4 runs an FP8 KV cache (the CSV does not record the
-      KV cache's precision);
+      weights are quantised to FP8 or FP4 (the row's precision, or the checkpoint's: gpt-oss
+      ships MXFP4 experts) runs an FP8 KV cache (the CSV does not record the KV cache's
+      precision);
     - the client is a closed loop of ``concurrency`` clients, ``requests`` requests in all,
       every one measured, with output lengths spread by ``output_range_ratio``
       :data:`OSL_SPREAD` (the clients of these benchmarks drift apart after the first wave);
@@ -439,7 +440,7 @@ def config(row: Row, *, requests: int, timing: str = "default") -> str:
     moe = CONFIG_QUANT.get(row.moe_quant) if model.is_moe else None
     if model.weight_quant == "mxfp4":
         gemm = moe = None  # gpt-oss: bf16 attention + MXFP4 experts, whatever the label
-    quantised = (gemm or "") in ("fp8", "fp8_block", "nvfp4")
+    quantised = (gemm or model.weight_quant or "") in ("fp8", "fp8_block", "nvfp4", "mxfp4")
     engine: dict[str, object] = {
         "model": model.name, "hardware": row.system, "backend": row.backend,
         "gemm_quant_mode": gemm, "moe_quant_mode": moe,

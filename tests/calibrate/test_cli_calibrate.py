@@ -183,7 +183,10 @@ def test_a_disaggregated_deployment_calibrates_each_pool(
     code, _, err = run(capsys, "calibrate", "pd.toml", *FILES, "-o", "pd.json", "--quiet")
     assert code == 0, err
     roles = json.loads(Path("pd.json").read_text())["roles"]
-    assert roles["prefill"]["fitted"] == ["prefill_scale", "front_end_ms"]
+    # each pool fits its own work (whether the front end is determined too depends on how
+    # much of the measured TTFT the prefill explains at the shipped constants)
+    assert roles["prefill"]["fitted"][0] == "prefill_scale"
+    assert set(roles["prefill"]["fitted"]) <= {"prefill_scale", "front_end_ms"}
     assert roles["decode"]["fitted"] == ["decode_scale"]
     Path("pd.toml").write_text(PD.format(extra='calibration = "pd.json"'))
     payload = compile_file("pd.toml", registry=REGISTRY)
