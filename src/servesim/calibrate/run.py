@@ -10,9 +10,9 @@ per client when it does not say), bounded by :data:`MAX_OUTPUT_TOKENS` per repla
 The clients of a measured closed loop drift apart after the first wave (their requests
 do not finish in the same pass, as they would if every part of the server took exactly
 the modelled time); replayed in lockstep, every wave's prompts would queue together. So
-the output lengths are spread uniformly over ``mean x (1 +- spread)`` (a fixed
-pseudo-random sequence with the measured mean; ``--output-spread``, default
-:data:`OUTPUT_SPREAD`; 0 replays the clients in lockstep).
+the output lengths are spread uniformly over ``mean x (1 +- spread)``, the synthetic
+source's ``output_range_ratio`` (``--output-spread``, default :data:`OUTPUT_SPREAD`; 0
+replays the clients in lockstep).
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ from servesim.calibrate.fit import (
     mape,
 )
 from servesim.calibrate.measurements import MeasuredPoint, MeasurementFile
-from servesim.engines.kernel.requests import RequestSpec
 from servesim.errors import Diagnostic, ServesimError
 from servesim.payload import Payload
 from servesim.plugins.manager import EngineRegistry
@@ -50,7 +49,7 @@ from servesim.workloads.driver import (
     poisson_arrivals,
 )
 from servesim.workloads.spec import SyntheticSource
-from servesim.workloads.synthetic import SyntheticRequest, synthetic_requests
+from servesim.workloads.synthetic import synthetic_requests
 
 WAVES = 6  # requests per client when the measurement does not record its count
 RATE_REQUESTS = 200  # requests of a rate-driven point that does not record its count
@@ -68,30 +67,15 @@ def targets(points: Sequence[MeasuredPoint]) -> list[Target]:
             for p in points]
 
 
-@attrs.frozen
-class _SpreadRequest:
-    """A synthetic request whose output length is spread around the mean (a Session)."""
-
-    inner: SyntheticRequest
-    spread: float
-
-    def first_turn(self, arrival_ms: float | None) -> RequestSpec:
-        spec = self.inner.first_turn(arrival_ms)
-        u = ((self.inner.index * 2654435761) % 4294967296) / 4294967296.0  # Knuth's hash
-        out = max(1, round(spec.output_length * (1.0 + self.spread * (2.0 * u - 1.0))))
-        return attrs.evolve(spec, output_length=out)
-
-    def next_turn(self, previous: RequestSpec, end_ms: float) -> RequestSpec | None:
-        return None
-
-
 def replay_workload(p: MeasuredPoint, spread: float) -> SessionWorkload:
     """The workload that replays ``p``'s benchmark (see the module docstring)."""
     spec = measured_workload(p)
-    source = SyntheticSource(input_tokens=p.input_tokens, output_tokens=p.output_tokens)
+    # the spread is the synthetic source's own (traffic.source.output_range_ratio)
+    source = SyntheticSource(input_tokens=p.input_tokens, output_tokens=p.output_tokens,
+                             output_range_ratio=spread)
 
     def units() -> Iterator[Session]:
-        return (_SpreadRequest(r, spread) for r in synthetic_requests(source))
+        return iter(synthetic_requests(source))
 
     plan: ClosedLoop | OpenLoop
     if p.concurrency is not None:
