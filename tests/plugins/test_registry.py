@@ -96,3 +96,38 @@ def test_autoload_can_be_disabled_by_environment(monkeypatch: pytest.MonkeyPatch
     monkeypatch.delenv("SERVESIM_DISABLE_PLUGIN_AUTOLOAD")
     get_plugin_manager()
     assert calls == ["servesim"]
+
+
+def test_hooks_are_called_through_pluggy_so_an_implementation_may_take_a_subset() -> None:
+    # a spec that gains an argument must keep older implementations (which name none of
+    # its arguments) working, and hand the argument to those that name it
+    import pluggy
+
+    from servesim.plugins.manager import PluginSource, _call_each
+
+    spec = pluggy.HookspecMarker("servesim")
+
+    class Specs:
+        @spec
+        def servesim_register_engines(self, servesim_version: str) -> list[type[Engine]]:
+            raise NotImplementedError
+
+    class Old:
+        @hookimpl
+        def servesim_register_engines(self) -> list[type[Engine]]:
+            return [_Echo]
+
+    class New:
+        @hookimpl
+        def servesim_register_engines(self, servesim_version: str) -> list[str]:
+            return [servesim_version]
+
+    pm = pluggy.PluginManager("servesim")
+    pm.add_hookspecs(Specs)
+    pm.register(Old(), name="old")
+    pm.register(New(), name="new")
+    sources = {"old": PluginSource("old", "object"), "new": PluginSource("new", "object")}
+    called = list(_call_each(pm, "servesim_register_engines", sources, servesim_version="9.9"))
+    assert [(source.name, result) for source, result in called] == [
+        ("old", [_Echo]), ("new", ["9.9"])]
+

@@ -178,15 +178,23 @@ def reported_as(source: PluginSource | None, hook: str) -> Iterator[None]:
         raise plugin_failure(source, hook, exc) from exc
 
 
-def _call_each(pm: pluggy.PluginManager, hook: str,
-               sources: Mapping[str, PluginSource]) -> Iterator[tuple[PluginSource, Any]]:
-    """Call ``hook`` of every plugin in registration order (built-ins first), guarded."""
-    for impl in getattr(pm.hook, hook).get_hookimpls():
+def _call_each(pm: pluggy.PluginManager, hook: str, sources: Mapping[str, PluginSource],
+               **kwargs: Any) -> Iterator[tuple[PluginSource, Any]]:
+    """Call ``hook`` through pluggy with keyword arguments, one plugin at a time in
+    registration order (built-ins first), so that what a plugin raises names that plugin.
+
+    pluggy hands each implementation the arguments it names, so an implementation written
+    against an older spec (a subset of today's arguments) keeps working.
+    """
+    impls = getattr(pm.hook, hook).get_hookimpls()
+    for impl in impls:
         source = sources.get(impl.plugin_name, PluginSource(impl.plugin_name, "object"))
+        alone = pm.subset_hook_caller(hook, [i.plugin for i in impls if i is not impl])
         with reported_as(source, hook):
-            result = impl.function()
-        if result is not None:
-            yield source, result
+            results = alone(**kwargs)
+        for result in results:
+            if result is not None:
+                yield source, result
 
 
 def _duplicate(kind: str, name: str, first: PluginSource, second: PluginSource) -> PluginError:
