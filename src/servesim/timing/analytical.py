@@ -83,6 +83,7 @@ from typing import Any
 
 import attrs
 
+from servesim import backends
 from servesim.catalog import (
     CatalogError,
     GpuSpec,
@@ -713,7 +714,7 @@ class AnalyticalTimer:
         self._expert_s = c.expert_us * 1e-6
         self._pair_bytes = g.hidden * ACT_BYTES * c.moe_act_passes
         try:
-            self._over = c.overheads(g.backend)
+            self._over = c.overheads(backends.policy_of(g.backend).perf_backend)
         except KeyError:
             raise ReplayError([Diagnostic(
                 code="timing-unsupported",
@@ -721,7 +722,8 @@ class AnalyticalTimer:
                 f"(known: {', '.join(sorted(c.backends))})")]) from None
         # a pass with prompt work is a whole forward on prefill workers and on SGLang,
         # which never mixes it with decode steps; else the prompt adds to a decode forward
-        self._standalone = g.worker_type == "prefill" or g.backend == "sglang"
+        self._standalone = g.worker_type == "prefill" or backends.policy_of(
+            g.backend).standalone_prefill_pricing
         self._classes = g.classes
         self._weight_floor_s = self._gemm_s(1, 1)
         # every layer's overhead in each forward pass and in a request's set-up, MoE
