@@ -1,9 +1,9 @@
 """Hook specifications: the contract between servesim and its plugins.
 
 A plugin is a module (or object) with functions marked ``@servesim.hookimpl`` whose
-names match the specs below. Built-in engines, timing providers and trace formats
-register through the same hooks (:mod:`servesim.plugins.builtin`). External packages
-are found through the ``servesim`` entry-point group::
+names match the specs below. Built-in engines, backends, timing providers and trace
+formats register through the same hooks (:mod:`servesim.plugins.builtin`). External
+packages are found through the ``servesim`` entry-point group::
 
     [project.entry-points.servesim]
     my_engine = "my_engine.plugin"
