@@ -119,12 +119,14 @@ def test_schema_prints_the_committed_schema(capsys: pytest.CaptureFixture[str],
 def test_plugins(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "plugins", "--format", "json")
     assert code == 0
-    rows = {row["name"]: row for row in json.loads(out)}
-    assert rows["vllm"]["modes"] == ["aggregated"]
-    assert rows["disagg"]["modes"] == ["disaggregated"]
+    rows = {(row["kind"], row["name"]): row for row in json.loads(out)}
+    assert rows["engine", "vllm"]["modes"] == ["aggregated"]
+    assert rows["engine", "disagg"]["modes"] == ["disaggregated"]
+    assert rows["backend", "sglang"]["class"] == "servesim.backends.sglang.Sglang"
+    assert {name for kind, name in rows if kind == "backend"} == {"vllm", "sglang", "trtllm"}
     code, out, _ = run(capsys, "plugins")
     assert code == 0
-    assert "vllm" in out and "disagg" in out and "servesim.builtin" in out
+    assert "vllm" in out and "disagg" in out and "trtllm" in out and "servesim.builtin" in out
 
 
 def test_a_plugin_that_cannot_be_imported_exits_1(capsys: pytest.CaptureFixture[str]) -> None:

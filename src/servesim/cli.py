@@ -75,7 +75,8 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("schema", help="print a JSON Schema")
     s.add_argument("which", choices=("config", "payload"))
 
-    pl = sub.add_parser("plugins", help="list registered engines and where they come from")
+    pl = sub.add_parser("plugins", help="list registered engines, backends, timing providers "
+                        "and trace formats, and where they come from")
     pl.add_argument("--format", choices=("text", "json"), default="text")
 
     r = sub.add_parser("replay", help="replay the traffic of a config or payload")
@@ -321,6 +322,9 @@ def _plugins(args: argparse.Namespace, registry: EngineRegistry, out: Console,
         {"kind": "engine", "name": n, "class": f"{c.__module__}.{c.__qualname__}",
          "modes": list(c.MODES), "description": c.DESCRIPTION, **where(o)}
         for n, c, o in registry.items()]
+    rows += [{"kind": "backend", "name": n, "class": f"{type(b).__module__}.{type(b).__qualname__}",
+              "modes": [], "description": b.DESCRIPTION, **where(o)}
+             for n, b, o in registry.backend_items()]
     for kind, items in (("timing", registry.timing_items()),
                         ("trace-format", registry.format_items())):
         rows += [{"kind": kind, "name": n, "class": f"{f.__module__}.{f.__qualname__}",

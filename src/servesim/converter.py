@@ -27,6 +27,7 @@ from cattrs.errors import (
 )
 from cattrs.gen import make_dict_structure_fn
 
+from servesim import backends
 from servesim.errors import Diagnostic, Path, format_path
 
 T = TypeVar("T")
@@ -107,6 +108,15 @@ def _structure_literal(value: Any, tp: Any) -> Any:
                         "bad-choice")
 
 
+def _backend_name(value: Any, _: Any = None) -> backends.BackendName:
+    """A registered backend's name (the backends in force: see :mod:`servesim.backends`)."""
+    allowed = tuple(backends.registered())
+    if isinstance(value, str) and value in allowed:
+        return backends.BackendName(value)
+    raise _TypeMismatch(f"expected one of {_choices(allowed)}, got {_describe(value)}",
+                        "bad-choice")
+
+
 def _structure_scalar_union(value: Any, tp: Any) -> Any:
     """``int | Literal["auto"]`` and friends: a keyword or a number."""
     members = _union_members(tp)
@@ -138,6 +148,7 @@ def make_converter() -> cattrs.Converter:
     conv.register_structure_hook(float, _float)
     conv.register_structure_hook(str, _str)
     conv.register_structure_hook(bool, _bool)
+    conv.register_structure_hook(backends.BackendName, _backend_name)
     conv.register_structure_hook_func(lambda t: get_origin(t) is Literal, _structure_literal)
     conv.register_structure_hook_func(_is_scalar_union, _structure_scalar_union)
 

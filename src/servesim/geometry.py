@@ -18,12 +18,12 @@ from typing import Literal
 
 import attrs
 
+from servesim import backends
 from servesim.catalog import ATTENTION_KINDS, GpuSpec, ModelInfo, dtype_name_bytes
 
 __all__ = [
     "DEFAULT_REQUESTED_BLOCK_SIZE",
     "U64_MAX",
-    "Backend",
     "GeometryError",
     "InferredStateCache",
     "ParameterCount",
@@ -41,23 +41,10 @@ __all__ = [
     "weight_bytes_per_gpu",
 ]
 
-Backend = Literal["vllm", "sglang", "trtllm"]
-
 U64_MAX = 2**64 - 1
 GIB = 2**30
 DEFAULT_REQUESTED_BLOCK_SIZE = 64  # requested page size for inferred state caches (spec §1.5)
 ACTIVATION_HIDDEN_BUFFERS = 4  # hidden-size activation buffers live per batched token
-
-
-DEFAULT_TOKEN_BUDGET = 8192  # vLLM/TRT-LLM max_num_batched_tokens, SGLang chunked_prefill_size
-
-
-def default_token_budget(backend: str, attention_data: int) -> int:
-    """Per-rank ``max_batched_tokens`` default (spec §1.4): SGLang splits its
-    ``chunked_prefill_size`` over the attention-DP ranks; the others budget each rank."""
-    if backend == "sglang":
-        return max(1, DEFAULT_TOKEN_BUDGET // attention_data)
-    return DEFAULT_TOKEN_BUDGET
 
 
 class GeometryError(ValueError):
@@ -413,7 +400,7 @@ def _fraction(value: float) -> Fraction:
 
 
 def kv_budget_bytes(
-    backend: Backend,
+    backend: str,
     *,
     capacity: int,
     memory_fraction: float,
@@ -423,39 +410,25 @@ def kv_budget_bytes(
     comm_overhead: int,
     cuda_graph: int,
 ) -> tuple[int, str]:
-    """KV bytes per GPU from the memory terms (spec §3.3), floored; may be <= 0.
-
-    vLLM ``cap*frac - non_kv``; SGLang ``(cap - resident)*frac - weights - graph`` with
-    ``resident = runtime_overhead + comm_overhead`` (activations not deducted); TRT-LLM
-    ``(cap - non_kv)*frac``. ``non_kv = weights + activations + runtime + comm + graph``.
-    """
+    """KV bytes per GPU from the memory terms (spec §3.3), floored; may be <= 0, by the
+    formula of ``backend`` (:meth:`servesim.backends.Backend.kv_budget`)."""
     if not 0 < memory_fraction <= 1:
         raise GeometryError(f"memory_fraction must be in (0, 1], got {memory_fraction!r}")
-    frac = _fraction(memory_fraction)
-    non_kv = weights + activations + runtime_overhead + comm_overhead + cuda_graph
-    if backend == "vllm":
-        kv = math.floor(capacity * frac) - non_kv
-        formula = f"kv_bytes {kv} = {capacity} x {memory_fraction} - non_kv {non_kv}"
-    elif backend == "sglang":
-        resident = runtime_overhead + comm_overhead
-        kv = math.floor((capacity - resident) * frac) - weights - cuda_graph
-        formula = (
-            f"kv_bytes {kv} = ({capacity} - resident {resident}) x {memory_fraction}"
-            f" - weights {weights} - cuda_graph {cuda_graph}"
-        )
-    elif backend == "trtllm":
-        kv = math.floor((capacity - non_kv) * frac)
-        formula = f"kv_bytes {kv} = ({capacity} - non_kv {non_kv}) x {memory_fraction}"
-    else:
-        raise GeometryError(f"unknown backend {backend!r}; expected vllm, sglang or trtllm")
-    return kv, formula
+    policy = backends.policy(backend)
+    if policy is None:
+        raise GeometryError(f"unknown backend {backend!r}; expected "
+                            f"{', '.join(backends.registered())}")
+    return policy.kv_budget(capacity=capacity, fraction=_fraction(memory_fraction),
+                            memory_fraction=memory_fraction, weights=weights,
+                            activations=activations, runtime_overhead=runtime_overhead,
+                            comm_overhead=comm_overhead, cuda_graph=cuda_graph)
 
 
 def default_kv_blocks(
     model: ModelInfo,
     gpu: GpuSpec,
     *,
-    backend: Backend,
+    backend: str,
     tensor: int,
     pipeline: int,
     moe_tensor: int = 1,

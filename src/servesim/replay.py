@@ -20,6 +20,7 @@ from typing import Any
 import attrs
 
 from servesim import __version__
+from servesim.backends import use_backends
 from servesim.engines.kernel.metrics import MetricsCollector, request_record_json
 from servesim.engines.kernel.requests import RequestRecord
 from servesim.errors import Diagnostic, PayloadError, ServesimError
@@ -98,7 +99,7 @@ def check_input_files(payload: Payload, *, registry: EngineRegistry,
         if first_prompt is not None and role.worker_type != "decode":
             problem = prompt_over_budget(role, 0, first_prompt)
             out += [problem] if problem else []
-    with use_providers(registry.timing_providers):
+    with use_providers(registry.timing_providers), use_backends(registry.backends):
         for role in payload.roles.values():
             try:
                 make_timer(role)
@@ -130,11 +131,12 @@ def replay_payload(payload: Payload, *, registry: EngineRegistry, base_dir: Path
     hook = f"{type(engine).__qualname__}.%s"  # plugin errors name the engine method
     source = registry.source_of(payload.engine)
     third_party = source.kind != "builtin"  # a built-in's bookkeeping is audited instead
-    diags = registry.diagnostics(payload.engine, hook % "validate_payload",
-                                 lambda: engine.validate_payload(payload))
+    with use_backends(registry.backends):
+        diags = registry.diagnostics(payload.engine, hook % "validate_payload",
+                                     lambda: engine.validate_payload(payload))
     if diags:
         raise PayloadError(diags)
-    with use_providers(registry.timing_providers):
+    with use_providers(registry.timing_providers), use_backends(registry.backends):
         timing_sources, warnings = measured_notes(payload.roles)
     collector = MetricsCollector(payload.sla)
     started = time.perf_counter()
@@ -142,7 +144,8 @@ def replay_payload(payload: Payload, *, registry: EngineRegistry, base_dir: Path
         workload = build_workload(payload.workload, base_dir=base_dir,
                                   formats=registry.trace_formats)
     with workload, \
-            use_providers(registry.timing_providers), _fewer_collections(), \
+            use_providers(registry.timing_providers), use_backends(registry.backends), \
+            _fewer_collections(), \
             registry.guard(payload.engine, hook % "replay"), contextlib.ExitStack() as stack:
         sink: Callable[[RequestRecord], None] = collector.add
         if requests_out is not None:  # renamed over it at the end (on Ctrl-C too)

@@ -20,7 +20,8 @@ from typing import Any
 
 import attrs
 
-from servesim import limits
+from servesim import backends, limits
+from servesim.backends.base import Backend, names_of
 from servesim.catalog import CatalogError, load_model
 from servesim.converter import check_limits, check_limits_of_field
 from servesim.errors import Diagnostic, Path
@@ -32,6 +33,12 @@ RoleRule = Callable[[RoleArgs, Path], Iterator[Diagnostic]]
 
 def _d(code: str, path: Path, message: str, hint: str | None = None) -> Diagnostic:
     return Diagnostic(code=code, message=message, path=path, hint=hint, stage="validate")
+
+
+def _takers(test: Callable[[Backend], bool]) -> str:
+    """``backend=vllm`` (or several, joined by "or"): the registered backends passing
+    ``test``, for a message."""
+    return names_of([b for b in backends.registered().values() if test(b)])
 
 
 def _in_limits(obj: Any, name: str) -> bool:
@@ -51,39 +58,15 @@ def value_limits(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
 
 
 def backend_fields(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
-    """Backend-specific fields (spec V10-V12)."""
-    if r.backend not in ("vllm", "sglang", "trtllm"):
+    """A registered backend, and its own rules on the role (spec V10-V12)."""
+    known = backends.registered()
+    backend = known.get(r.backend)
+    if backend is None:
+        quoted = ", ".join(f'"{name}"' for name in known)
         yield _d("unknown-backend", ("engine", "backend"),
-                 f"expected one of \"vllm\", \"sglang\", \"trtllm\", got {r.backend!r}")
+                 f"expected one of {quoted}, got {r.backend!r}")
         return
-    if r.backend != "sglang" and r.block_size < 2:
-        yield _d("block-size-too-small", (*path, "kv_cache", "block_size"),
-                 f"vLLM/TRT-LLM require block_size >= 2, got {r.block_size}",
-                 "SGLang is the only backend with single-token pages")
-    if r.prefill_schedule_interval != 1 and r.backend != "vllm":
-        yield _d("backend-field", (*path, "scheduler", "prefill_schedule_interval"),
-                 f"prefill_schedule_interval is supported only for backend=vllm, got "
-                 f"backend={r.backend}")
-    if r.attention_dp_balance and r.backend != "trtllm":
-        yield _d("backend-field", (*path, "scheduler", "attention_dp_balance"),
-                 f"attention_dp_balance is supported only for backend=trtllm, got "
-                 f"backend={r.backend}",
-                 "vLLM spaces prefills across attention-DP ranks with "
-                 "prefill_schedule_interval")
-    if r.prefill_decode_interval != 0 and r.backend != "sglang":
-        yield _d("backend-field", (*path, "scheduler", "prefill_decode_interval"),
-                 f"prefill_decode_interval is supported only for backend=sglang, got "
-                 f"backend={r.backend}")
-    elif r.prefill_decode_interval != 0:
-        # It spaces SGLang's prefill passes, which the replay runs whenever there is
-        # prompt work: refused rather than silently ignored.
-        yield _d("not-supported", (*path, "scheduler", "prefill_decode_interval"),
-                 "prefill_decode_interval is not supported yet: the replay runs SGLang's "
-                 "prefill passes whenever there is prompt work",
-                 "remove it (0, the default, is supported)")
-    if not r.enable_chunked_prefill and r.backend == "sglang":
-        yield _d("backend-field", ("engine", "enable_chunked_prefill"),
-                 "enable_chunked_prefill = false is not supported for backend=sglang")
+    yield from backend.rules(r, path, tuple(known.values()))
 
 
 def timing_values(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
@@ -137,9 +120,11 @@ def state_cache_geometry(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
     kp = (*path, "kv_cache")
     if sc is None:
         return
-    if r.backend != "vllm":
+    backend = backends.policy(r.backend)
+    if backend is not None and not backend.state_cache:  # else backend_fields reports it
         yield _d("state-cache-backend", (*kp, "state_cache"),
-                 f"state_cache requires backend=vllm, got backend={r.backend}")
+                 f"state_cache requires {_takers(lambda b: b.state_cache)}, got "
+                 f"backend={r.backend}")
     if r.block_size < 2:
         yield _d("state-cache-block", (*kp, "block_size"),
                  "state_cache requires block_size at least two for vLLM")
@@ -206,10 +191,12 @@ def speculation(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
         if not (math.isfinite(rate) and 0.0 <= rate <= 1.0):
             yield _d("speculation-rates", (*sp, "acceptance_rates", i),
                      f"must be in [0, 1], got {rate}")
-    if s.kind == "ngram" and r.backend != "vllm":
+    backend = backends.policy(r.backend)
+    if s.kind == "ngram" and backend is not None and not backend.ngram_speculation:
+        takers = [n for n, b in backends.registered().items() if b.ngram_speculation]
         yield _d("speculation-backend", (*sp, "kind"),
-                 "ngram speculation requires vllm aggregated/disaggregated language workers, "
-                 f"got backend={r.backend}")
+                 f"ngram speculation requires {' or '.join(takers) or 'another backend'}"
+                 f" aggregated/disaggregated language workers, got backend={r.backend}")
 
 
 def parallelism(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:

@@ -134,7 +134,7 @@ def plugin_manager(servesim_plugins: Sequence[object]) -> pluggy.PluginManager:
 
 @pytest.fixture
 def engine_registry(plugin_manager: pluggy.PluginManager) -> EngineRegistry:
-    """Engines, timing providers and trace formats of ``plugin_manager``."""
+    """Engines, backends, timing providers and trace formats of ``plugin_manager``."""
     from servesim.plugins.manager import EngineRegistry
 
     return EngineRegistry.collect(plugin_manager)

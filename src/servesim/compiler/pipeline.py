@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal
 
+from servesim import backends
 from servesim.compiler.context import CompileContext
 from servesim.compiler.passes.lower import lower
 from servesim.compiler.passes.parse import parse
@@ -30,11 +31,15 @@ PIPELINE: tuple[tuple[Stage, Callable[[Any, CompileContext], Any]], ...] = (
 
 def run(source: SourceText, ctx: CompileContext, *, stop_after: Stage = "lower",
         on_stage: Callable[[Stage, Any], None] | None = None) -> Any:
-    """Run the passes up to ``stop_after``; a failing pass raises CompileError."""
+    """Run the passes up to ``stop_after``; a failing pass raises CompileError.
+
+    The passes see the backends of ``ctx.registry`` (without one, the built-ins)."""
     artifact: Any = source
+    in_force = ctx.registry.backends if ctx.registry is not None else backends.BUILTIN
     for name, fn in PIPELINE:
         try:
-            artifact = fn(artifact, ctx)
+            with backends.use_backends(in_force):
+                artifact = fn(artifact, ctx)
         except ServesimError:
             raise
         except Exception as exc:  # a bug: keep the traceback, name the stage

@@ -5,6 +5,8 @@ disaggregated mode) that must run the deployment's mode; ``[engine.options]`` is
 structured by that engine's ``Options`` class with the same converter as the rest of the
 config, so its errors read ``engine.options.<key>: ... [code]``; ``timing.type`` and
 ``traffic.source.format`` name registered timing providers and trace formats.
+(``engine.backend`` is checked by the converter against the registered backends, see
+:mod:`servesim.backends`.)
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from servesim.payload import Payload
 from servesim.plugins.hookspecs import hookimpl
 
 if TYPE_CHECKING:
+    from servesim.backends import Backend
     from servesim.timing.registry import TimerFactory
     from servesim.workloads.formats import TraceLoader
 
@@ -55,6 +56,13 @@ class DisaggEngine(Engine):
 @hookimpl
 def servesim_register_engines() -> list[type[Engine]]:
     return [VllmEngine, DisaggEngine]
+
+
+@hookimpl
+def servesim_register_backends() -> list[type[Backend]]:
+    from servesim.backends import BUILTIN_BACKENDS
+
+    return list(BUILTIN_BACKENDS)
 
 
 @hookimpl

@@ -1,9 +1,9 @@
 """Hook specifications: the contract between servesim and its plugins.
 
 A plugin is a module (or object) with functions marked ``@servesim.hookimpl`` whose
-names match the specs below. Built-in engines, timing providers and trace formats
-register through the same hooks (:mod:`servesim.plugins.builtin`). External packages
-are found through the ``servesim`` entry-point group::
+names match the specs below. Built-in engines, backends, timing providers and trace
+formats register through the same hooks (:mod:`servesim.plugins.builtin`). External
+packages are found through the ``servesim`` entry-point group::
 
     [project.entry-points.servesim]
     my_engine = "my_engine.plugin"
@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
+    from servesim.backends import Backend
     from servesim.engines.base import Engine
     from servesim.timing.registry import TimerFactory
     from servesim.workloads.formats import TraceLoader
@@ -61,6 +62,32 @@ def servesim_register_engines() -> list[type[Engine]]:
     - ``replay(payload, workload, sink, progress=)``: the virtual-time replay.
 
     :return: a list of :class:`~servesim.engines.base.Engine` subclasses.
+    """
+    raise NotImplementedError
+
+
+@hookspec
+def servesim_register_backends() -> list[type[Backend]]:
+    """Return the serving backend policies this plugin provides.
+
+    A backend is a subclass of :class:`~servesim.backends.Backend` (usually of a built-in
+    one, :mod:`servesim.backends.vllm`, ``.sglang``, ``.trtllm``), instantiated once:
+
+    - ``NAME``: the value of ``engine.backend`` in a config and of ``backend`` in a
+      payload; unique across all plugins.
+    - the defaults the compiler resolves (``default_block_size``,
+      ``default_memory_fraction``, ``default_token_budget()``, ...) and the memory formula
+      (``kv_budget()``);
+    - the scheduler's admission and victim policy and pass composition (``no_evict``,
+      ``new_token_ratio``, ``separate_prefill``), the default timing's pricing of prompt
+      passes (``standalone_prefill_pricing``) and the P/D handoff order
+      (``destination_first``);
+    - its rules (``rules()``, ``own_rules()``), run at compile time and when a payload is
+      replayed.
+
+    See ``docs/backends.md``.
+
+    :return: a list of :class:`~servesim.backends.Backend` subclasses.
     """
     raise NotImplementedError
 

@@ -2,8 +2,8 @@
 
 :func:`get_plugin_manager` builds a fresh :class:`pluggy.PluginManager` with the
 built-ins, explicit plugins and (unless disabled) the ``servesim`` entry points.
-:meth:`EngineRegistry.collect` asks every plugin for its engines, timing providers and
-trace formats. Anything a third-party plugin raises - in a hook, or later in what it
+:meth:`EngineRegistry.collect` asks every plugin for its engines, backends, timing
+providers and trace formats. Anything a third-party plugin raises - in a hook, or later in what it
 registered - becomes a :class:`PluginError` naming the plugin, its package and the hook.
 """
 
@@ -28,6 +28,7 @@ from servesim.plugins import hookspecs
 from servesim.timing.base import prefill_group_ms
 
 if TYPE_CHECKING:
+    from servesim.backends import Backend
     from servesim.payload import RoleArgs
     from servesim.timing.base import StepTimer
     from servesim.timing.registry import TimerFactory
@@ -212,7 +213,8 @@ def _bad_registration(source: PluginSource, hook: str, message: str) -> PluginEr
 
 
 class EngineRegistry:
-    """What the plugins registered: engines, timing providers and trace formats, by name.
+    """What the plugins registered: engines, backends, timing providers and trace formats,
+    by name.
 
     Each entry remembers the :class:`PluginSource` that registered it. Third-party timing
     factories and trace loaders are handed out wrapped, so an exception inside them is
@@ -222,8 +224,10 @@ class EngineRegistry:
     def __init__(self, engines: dict[str, tuple[type[Engine], str]],
                  timing: Mapping[str, tuple[TimerFactory, str]] | None = None,
                  formats: Mapping[str, tuple[TraceLoader, str]] | None = None,
-                 sources: Mapping[str, PluginSource] | None = None) -> None:
+                 sources: Mapping[str, PluginSource] | None = None,
+                 backends: Mapping[str, tuple[Backend, str]] | None = None) -> None:
         self._engines = engines
+        self._backends = dict(backends) if backends is not None else _builtin_backends()
         self._timing = dict(timing or {})
         self._formats = dict(formats or {})
         self._sources = dict(sources or {})
@@ -259,7 +263,33 @@ class EngineRegistry:
         timing = cls._named(pm, "servesim_register_timing_providers", "timing provider",
                             sources)
         formats = cls._named(pm, "servesim_register_trace_formats", "trace format", sources)
-        return cls(engines, timing, formats, sources)
+        return cls(engines, timing, formats, sources, cls._collect_backends(pm, sources))
+
+    @staticmethod
+    def _collect_backends(pm: pluggy.PluginManager, sources: Mapping[str, PluginSource],
+                          ) -> dict[str, tuple[Backend, str]]:
+        from servesim.backends import Backend
+
+        out: dict[str, tuple[Backend, str]] = {}
+        hook = "servesim_register_backends"
+        for source, classes in _call_each(pm, hook, sources):
+            if not isinstance(classes, list | tuple):
+                raise _bad_registration(source, hook, f"returned {classes!r:.60}, expected a "
+                                        "list of Backend subclasses")
+            for backend_cls in classes:
+                if not (isinstance(backend_cls, type) and issubclass(backend_cls, Backend)):
+                    raise _bad_registration(source, hook, f"returned {backend_cls!r}, not a "
+                                            "Backend subclass")
+                with reported_as(source, f"{backend_cls.__qualname__}()"):
+                    backend = backend_cls()
+                    name = backend.NAME
+                if not isinstance(name, str) or not name:
+                    raise _bad_registration(source, hook, f"registered {backend_cls!r} "
+                                            "without a NAME")
+                if name in out:
+                    raise _duplicate("backend", name, sources[out[name][1]], source)
+                out[name] = (backend, source.name)
+        return out
 
     @staticmethod
     def _named(pm: pluggy.PluginManager, hook: str, kind: str,
@@ -330,6 +360,17 @@ class EngineRegistry:
         """The :class:`PluginSource` of the plugin that registered engine ``engine``."""
         return self.source(self.origin(engine))
 
+    # -- backends -------------------------------------------------------------------------
+
+    @property
+    def backends(self) -> Mapping[str, Backend]:
+        """``{engine.backend: policy}`` in registration order (built-ins first)."""
+        return MappingProxyType({name: backend for name, (backend, _) in
+                                 self._backends.items()})
+
+    def backend_items(self) -> list[tuple[str, Backend, str]]:
+        return [(n, b, o) for n, (b, o) in sorted(self._backends.items())]
+
     # -- timing providers and trace formats -----------------------------------------------
 
     @property
@@ -374,6 +415,13 @@ class EngineRegistry:
             return guard(timer, source, f"timing provider {name!r}")
 
         return make
+
+
+def _builtin_backends() -> dict[str, tuple[Backend, str]]:
+    """The built-in backends (a registry made by hand, not collected from plugins)."""
+    from servesim import backends
+
+    return {name: (backend, BUILTIN) for name, backend in backends.BUILTIN.items()}
 
 
 class _GuardedTimer:

@@ -67,6 +67,7 @@ def add_engine_options(schema: dict[str, Any], registry: EngineRegistry | None =
         "type": "string", "description": "the replay engine, a registered name (default: "
         "\"vllm\", or \"disagg\" in disaggregated mode); registered: "
         + ", ".join(registry.names())}
+    engine["properties"]["backend"] = {"enum": list(registry.backends)}
     engine["properties"]["options"] = {
         "type": "object", "description": "the selected engine's own options"}
     branches = []

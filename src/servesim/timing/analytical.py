@@ -83,6 +83,7 @@ from typing import Any
 
 import attrs
 
+from servesim import backends
 from servesim.catalog import (
     CatalogError,
     GpuSpec,
@@ -453,18 +454,57 @@ def build_geometry(
     layers (0: the model dtype).
     Raises :class:`ReplayError` naming what the model lacks for this model.
     """
-    for name, value in (
-        ("tensor", tensor),
-        ("pipeline", pipeline),
-        ("attention_data", attention_data),
-        ("moe_tensor", moe_tensor),
-        ("moe_expert", moe_expert),
-    ):
+    _check_priceable(model, path, tensor=tensor, pipeline=pipeline,
+                     attention_data=attention_data, moe_tensor=moe_tensor,
+                     moe_expert=moe_expert)
+    wbytes, gq = _weight_precision(model, gemm_quant, model.weight_dtype_bytes, path)
+    ebytes, mq = _weight_precision(model, moe_quant, model.expert_weight_dtype_bytes, path)
+    gemm_peak, gemm_kernel = _kernel(gpu, gq)
+    moe_peak, moe_kernel = _kernel(gpu, mq)
+    lm_elems = model.vocab_size * model.hidden_size / tensor
+    return StepGeometry(
+        model=model.name,
+        gpu=gpu.name,
+        backend=backend,
+        worker_type=worker_type,
+        num_layers=model.num_layers,
+        hidden=model.hidden_size,
+        tensor=tensor,
+        pipeline=pipeline,
+        attention_data=attention_data,
+        moe_tensor=moe_tensor,
+        moe_expert=moe_expert,
+        classes=_layer_classes(model, tensor, wbytes),
+        gemm_peak=gemm_peak,
+        moe_peak=moe_peak,
+        attn_peak=gpu.bf16_flops,
+        exp_per_s=gpu.exp_per_s or 0.0,
+        mem_bw=gpu.mem_bw,
+        gemm_quant=gq,
+        moe_quant=mq,
+        gemm_kernel=gemm_kernel,
+        moe_kernel=moe_kernel,
+        decode_queries=1 + speculative_tokens,
+        **_links(gpu, tensor=tensor, pipeline=pipeline, moe_group=moe_expert * moe_tensor),
+        lm_head_elems=lm_elems,
+        lm_head_bytes=lm_elems * model.dtype_bytes,
+        **_attention(model, tensor=tensor, pipeline=pipeline,
+                     kv_bytes_per_token=kv_bytes_per_token, path=path),
+        **_sparse_indexer(model, gpu, path),
+        **_experts(model, moe_tensor=moe_tensor, moe_expert=moe_expert, expert_bytes=ebytes),
+        **_linear_state(model, tensor),
+        mla=model.is_mla,
+    )
+
+
+def _check_priceable(model: ModelInfo, path: tuple[str, ...], **shape: int) -> None:
+    """Raise what keeps the model from being priced: a parallel size below 1, a layer kind
+    it does not know, MoE or attention layers without their geometry."""
+    for name, value in shape.items():
         if value < 1:
             raise _fail(path, f"{name} must be >= 1 for the analytical timing model, got {value}")
-    la = model.linear_attention
     for kind in set(model.layer_types):
-        if kind in ("kda", "gdn", "mamba2") and la is None:
+        if kind in ("kda", "gdn", "mamba2") and model.linear_attention is None:
             raise _fail(path, f"model {model.name!r}: {kind} layers without linear-attention "
                         "geometry; the analytical timing model cannot price them")
         if kind not in ("full_attention", "sliding_attention", "kda", "gdn", "mamba2", "none"):
@@ -475,24 +515,24 @@ def build_geometry(
     if model.head_dim <= 0 or model.num_attention_heads <= 0:
         raise _fail(path, f"model {model.name!r}: no attention head geometry")
 
-    # weight precision
-    def resolve(mode: str | None, default_bytes: float) -> tuple[float, str]:
-        if mode is None or mode == "":  # the checkpoint's: its quantization where it applies
-            quant = model.weight_quant
-            if quant is not None and quant in WEIGHT_QUANT and default_bytes < model.dtype_bytes:
-                return default_bytes, quant
-            return default_bytes, "bf16" if default_bytes >= 2 else "fp8"
-        problem = unpriced_weight_quant(mode)
-        if problem:
-            raise _fail(path, problem)
-        return WEIGHT_QUANT[mode][0], mode
 
-    wbytes, gq = resolve(gemm_quant, model.weight_dtype_bytes)
-    ebytes, mq = resolve(moe_quant, model.expert_weight_dtype_bytes)
-    gemm_peak, gemm_kernel = _kernel(gpu, gq)
-    moe_peak, moe_kernel = _kernel(gpu, mq)
+def _weight_precision(model: ModelInfo, mode: str | None, default_bytes: float,
+                      path: tuple[str, ...]) -> tuple[float, str]:
+    """Bytes per weight element and the precision's name: ``mode``'s, or (None or empty)
+    the checkpoint's, its quantization where it applies."""
+    if mode is None or mode == "":
+        quant = model.weight_quant
+        if quant is not None and quant in WEIGHT_QUANT and default_bytes < model.dtype_bytes:
+            return default_bytes, quant
+        return default_bytes, "bf16" if default_bytes >= 2 else "fp8"
+    problem = unpriced_weight_quant(mode)
+    if problem:
+        raise _fail(path, problem)
+    return WEIGHT_QUANT[mode][0], mode
 
-    # per-layer weight elements
+
+def _layer_classes(model: ModelInfo, tensor: int, wbytes: float) -> tuple[_LayerClass, ...]:
+    """The layers grouped by (mixer, MLP) kind, with their non-routed weights per GPU."""
     params = parameter_count(model)
     h = model.hidden_size
     mats = 3 if model.mlp_gated else 2
@@ -519,9 +559,12 @@ def build_geometry(
         elems /= tensor
         classes.append(_LayerClass(count=count, mixer=mixer, moe=mlp == "moe",
                                    dense_elems=elems, dense_bytes=elems * wbytes))
+    return tuple(classes)
 
-    # attention geometry
-    heads_local = model.num_attention_heads / tensor
+
+def _attention(model: ModelInfo, *, tensor: int, pipeline: int, kv_bytes_per_token: int,
+               path: tuple[str, ...]) -> dict[str, Any]:
+    """Per-GPU attention geometry: heads, head widths, KV bytes per token and layer."""
     if model.is_mla:
         lora = model.kv_lora_rank or 0
         rope = model.qk_rope_head_dim or 0
@@ -543,9 +586,14 @@ def build_geometry(
         kv_layer = per_token / stage_layers
     else:
         kv_layer = 0.0
-    sliding = _positive(model.lm_config, "sliding_window")
-    # The lightning indexer of DeepSeek sparse attention: a few FP8 heads, not split by
-    # tensor parallelism, whose keys (FP8 plus one fp32 scale) are cached per token.
+    return {"heads_local": model.num_attention_heads / tensor, "qk_dim": qk_dim,
+            "v_dim": v_dim, "decode_score_dim": decode_dim, "kv_bytes_layer": kv_layer,
+            "sliding_window": _positive(model.lm_config, "sliding_window")}
+
+
+def _sparse_indexer(model: ModelInfo, gpu: GpuSpec, path: tuple[str, ...]) -> dict[str, Any]:
+    """The lightning indexer of DeepSeek sparse attention: a few FP8 heads, not split by
+    tensor parallelism, whose keys (FP8 plus one fp32 scale) are cached per token."""
     sparse = _positive(model.lm_config, "index_topk")
     index_flops = index_bytes = index_peak = 0.0
     if sparse:
@@ -558,14 +606,25 @@ def build_geometry(
         index_flops = 2.0 * index_heads * index_dim
         index_bytes = index_dim + 4.0
         index_peak = _kernel(gpu, "fp8")[0]
+    return {"sparse_topk": sparse, "index_flops": index_flops, "index_bytes": index_bytes,
+            "index_peak": index_peak}
 
-    # experts
-    experts = model.num_experts
-    eh = model.expert_hidden_size or h
+
+def _experts(model: ModelInfo, *, moe_tensor: int, moe_expert: int,
+             expert_bytes: float) -> dict[str, Any]:
+    """Routed experts per GPU: one expert's weights after moe_tensor, experts held."""
+    mats = 3 if model.mlp_gated else 2
+    eh = model.expert_hidden_size or model.hidden_size
     expert_elems = mats * eh * (model.moe_intermediate_size or 0) / moe_tensor
-    local_experts = experts / moe_expert if experts else 0.0
+    experts = model.num_experts
+    return {"experts": experts, "topk": model.experts_per_token,
+            "expert_elems": expert_elems, "expert_bytes": expert_elems * expert_bytes,
+            "local_experts": experts / moe_expert if experts else 0.0}
 
-    # linear attention state
+
+def _linear_state(model: ModelInfo, tensor: int) -> dict[str, Any]:
+    """Linear attention / SSM per GPU and layer: the state's bytes and the FLOPs per token."""
+    la = model.linear_attention
     state = 0.0
     lin_flops = 0.0
     if la is not None:
@@ -578,62 +637,21 @@ def build_geometry(
         state = vh * kd * vd * ssm + conv_dim * (la.conv_kernel - 1) * model.dtype_bytes
         # state update + readout per token, plus intra-chunk attention of chunked kernels
         lin_flops = vh * (4 * kd * vd + 2 * LINEAR_CHUNK * (kd + vd))
+    return {"state_bytes": state, "linear_flops_per_token": lin_flops}
 
-    # links
+
+def _links(gpu: GpuSpec, *, tensor: int, pipeline: int, moe_group: int) -> dict[str, Any]:
+    """Bandwidths of the tensor-, expert- and pipeline-parallel links and the P2P latency:
+    intra-node where the group fits on a node."""
     nodes_gpus = gpu.num_gpus_per_node
 
     def link(group: int) -> float:
         return gpu.intra_node_bw if group <= nodes_gpus else gpu.inter_node_bw
 
-    lm_elems = model.vocab_size * h / tensor
-    return StepGeometry(
-        model=model.name,
-        gpu=gpu.name,
-        backend=backend,
-        worker_type=worker_type,
-        num_layers=model.num_layers,
-        hidden=h,
-        tensor=tensor,
-        pipeline=pipeline,
-        attention_data=attention_data,
-        moe_tensor=moe_tensor,
-        moe_expert=moe_expert,
-        classes=tuple(classes),
-        gemm_peak=gemm_peak,
-        moe_peak=moe_peak,
-        attn_peak=gpu.bf16_flops,
-        exp_per_s=gpu.exp_per_s or 0.0,
-        mem_bw=gpu.mem_bw,
-        gemm_quant=gq,
-        moe_quant=mq,
-        gemm_kernel=gemm_kernel,
-        moe_kernel=moe_kernel,
-        decode_queries=1 + speculative_tokens,
-        tp_link_bw=link(tensor),
-        ep_link_bw=link(moe_expert * moe_tensor),
-        pp_link_bw=gpu.inter_node_bw if tensor * pipeline > nodes_gpus else gpu.intra_node_bw,
-        p2p_latency_s=gpu.p2p_latency_s or 1e-5,
-        lm_head_elems=lm_elems,
-        lm_head_bytes=lm_elems * model.dtype_bytes,
-        heads_local=heads_local,
-        qk_dim=qk_dim,
-        v_dim=v_dim,
-        decode_score_dim=decode_dim,
-        kv_bytes_layer=kv_layer,
-        sliding_window=sliding,
-        experts=experts,
-        topk=model.experts_per_token,
-        expert_elems=expert_elems,
-        expert_bytes=expert_elems * ebytes,
-        local_experts=local_experts,
-        state_bytes=state,
-        linear_flops_per_token=lin_flops,
-        sparse_topk=sparse,
-        index_flops=index_flops,
-        index_bytes=index_bytes,
-        index_peak=index_peak,
-        mla=model.is_mla,
-    )
+    return {"tp_link_bw": link(tensor), "ep_link_bw": link(moe_group),
+            "pp_link_bw": gpu.inter_node_bw if tensor * pipeline > nodes_gpus
+            else gpu.intra_node_bw,
+            "p2p_latency_s": gpu.p2p_latency_s or 1e-5}
 
 
 def _causal(ctx: float, topk: int | None) -> float:
@@ -713,7 +731,7 @@ class AnalyticalTimer:
         self._expert_s = c.expert_us * 1e-6
         self._pair_bytes = g.hidden * ACT_BYTES * c.moe_act_passes
         try:
-            self._over = c.overheads(g.backend)
+            self._over = c.overheads(backends.policy_of(g.backend).perf_backend)
         except KeyError:
             raise ReplayError([Diagnostic(
                 code="timing-unsupported",
@@ -721,7 +739,8 @@ class AnalyticalTimer:
                 f"(known: {', '.join(sorted(c.backends))})")]) from None
         # a pass with prompt work is a whole forward on prefill workers and on SGLang,
         # which never mixes it with decode steps; else the prompt adds to a decode forward
-        self._standalone = g.worker_type == "prefill" or g.backend == "sglang"
+        self._standalone = g.worker_type == "prefill" or backends.policy_of(
+            g.backend).standalone_prefill_pricing
         self._classes = g.classes
         self._weight_floor_s = self._gemm_s(1, 1)
         # every layer's overhead in each forward pass and in a request's set-up, MoE

@@ -49,6 +49,7 @@ from typing import Any
 
 import attrs
 
+from servesim import backends
 from servesim.errors import Diagnostic, ReplayError
 from servesim.files import MiB, Unreadable, read_bounded
 from servesim.payload import RoleArgs
@@ -229,7 +230,8 @@ def _engine(role: RoleArgs) -> tuple[Engine, str]:
     spec = role.speculation
     try:
         blob = compile_engine(
-            role.model, role.hardware, role.backend, t.backend_version,
+            role.model, role.hardware, backends.policy_of(role.backend).perf_backend,
+            t.backend_version,
             tp_size=role.tensor, pp_size=role.pipeline, attention_dp_size=role.attention_data,
             moe_tp_size=role.moe_tensor, moe_ep_size=role.moe_expert,
             gemm_quant_mode=_GEMM_MODES.get(t.gemm_quant or ""),
@@ -370,7 +372,8 @@ def measured_timer(role: RoleArgs) -> MeasuredTimer:
     except ImportError:
         raise _missing_extra(role) from None
     analytical = timer_from_role(role)
-    standalone = role.worker_type == "prefill" or role.backend == "sglang"
+    standalone = role.worker_type == "prefill" or backends.policy_of(
+        role.backend).standalone_prefill_pricing
     try:
         grid = grid_for(role)
     except NotCovered as exc:

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 import attrs
 
+from servesim.backends import BackendName
 from servesim.limits import (
     BANDWIDTH_GB_S,
     BIG,
@@ -46,7 +47,6 @@ def nonneg(hi: float = BIG) -> Any:
 
 Auto = Literal["auto"]
 Max = Literal["max"]
-Backend = Literal["vllm", "sglang", "trtllm"]
 QuantMode = Literal["auto", "bfloat16", "float16", "fp8", "fp8_block", "nvfp4", "int8", "float32"]
 
 
@@ -150,7 +150,7 @@ class Engine:
     hardware: str
     workers: Workers
     mode: Literal["aggregated", "disaggregated", "afd"] | None = None
-    backend: Backend | None = None
+    backend: BackendName | None = None  # vllm, sglang, trtllm, or a plugin's backend
     backend_version: str | None = None
     context_length: int | Max | None = positive(CONTEXT)
     kv_transfer: KvTransfer | None = None

@@ -22,10 +22,9 @@ from typing import Any, Literal, TypeVar
 
 import attrs
 
-from servesim import catalog, geometry, limits
+from servesim import backends, catalog, geometry, limits
 from servesim.compiler.context import CompileContext
 from servesim.compiler.model.parsed import (
-    Backend,
     Capacity,
     Engine,
     KvCache,
@@ -56,8 +55,6 @@ from servesim.payload import (
 
 T = TypeVar("T")
 
-DEFAULT_BLOCK_SIZE = {"vllm": 64, "sglang": 1, "trtllm": 32}
-DEFAULT_MEMORY_FRACTION = {"vllm": 0.9, "sglang": 0.88, "trtllm": 0.9}
 INFERRED_STATE_DEFAULT_BLOCK = 64
 
 
@@ -95,7 +92,7 @@ def resolve_geometry(cfg: ParsedConfig, ctx: CompileContext) -> ResolvedConfig:
     rec.pick(("engine", "engine"), e.engine, engine, f"the {mode} default")
     for key, was_authored in authored.items():
         rec.note(("engine", "options", key), "authored" if was_authored else "defaulted")
-    backend: Backend = rec.pick(("engine", "backend"), e.backend, "vllm")
+    backend: str = rec.pick(("engine", "backend"), e.backend, backends.DEFAULT_BACKEND)
     model = _lookup(rec, ("engine", "model"), e.model,
                     functools.partial(_load_model, base_dir=ctx.base_dir))
     if model is not None:
@@ -201,7 +198,7 @@ def mtp_acceptance_rates(nextn: int, accepted: float) -> tuple[float, ...]:
     return tuple(rates[:nextn])
 
 
-def _resolve_role(rec: _Recorder, name: str, w: Worker, e: Engine, backend: Backend,
+def _resolve_role(rec: _Recorder, name: str, w: Worker, e: Engine, backend: str,
                   model: catalog.ModelInfo, gpu: catalog.GpuSpec,
                   speculation: SpeculationArgs | None, weights: _WeightQuant, path: Path,
                   base_dir: PathLike | None = None,
@@ -224,8 +221,8 @@ def _resolve_role(rec: _Recorder, name: str, w: Worker, e: Engine, backend: Back
     sp: Path = (*path, "scheduler")
     max_batched_tokens = rec.pick(
         (*sp, "max_batched_tokens"), sch.max_batched_tokens,
-        geometry.default_token_budget(backend, shape["attention_data"]),
-        "SGLang chunked_prefill_size 8192 / attention_data" if backend == "sglang" else None)
+        backends.policy_of(backend).default_token_budget(shape["attention_data"]),
+        backends.policy_of(backend).token_budget_note)
     max_sequences = rec.pick((*sp, "max_sequences"), sch.max_sequences,
                              1 if name == "prefill" else 256,
                              "1 for the prefill role" if name == "prefill" else None)
@@ -272,7 +269,8 @@ def _resolve_role(rec: _Recorder, name: str, w: Worker, e: Engine, backend: Back
         rec.note((*kp, "state_cache", "bytes_per_request"), "derived",
                  _formula(inf.formula, "bytes_per_request"))
     else:
-        block_size = rec.pick((*kp, "block_size"), kv.block_size, DEFAULT_BLOCK_SIZE[backend],
+        block_size = rec.pick((*kp, "block_size"), kv.block_size,
+                              backends.policy_of(backend).default_block_size,
                               f"{backend} default")
         if isinstance(kv.bytes_per_token, int):
             bytes_per_token = kv.bytes_per_token
@@ -304,7 +302,8 @@ def _resolve_role(rec: _Recorder, name: str, w: Worker, e: Engine, backend: Back
         rec.note((*kp, "num_gpu_blocks"), "derived", formula)
     else:
         fraction = rec.pick((*cpath, "memory_fraction"), cap.memory_fraction,
-                            DEFAULT_MEMORY_FRACTION[backend], f"{backend} default")
+                            backends.policy_of(backend).default_memory_fraction,
+                            f"{backend} default")
         try:
             num_blocks, breakdown, formula = geometry.default_kv_blocks(
                 model, gpu, backend=backend, tensor=shape["tensor"],
@@ -348,7 +347,7 @@ def _resolve_role(rec: _Recorder, name: str, w: Worker, e: Engine, backend: Back
     if isinstance(ctx_len, int):
         max_model_len: int | None = ctx_len
         rec.note((*path, "max_model_len"), "authored", "engine.context_length")
-    elif backend == "vllm":
+    elif backends.policy_of(backend).context_max_from_model:
         max_model_len = model.max_position_embeddings
         rec.note((*path, "max_model_len"), "derived",
                  f"context_length = \"max\": the model's max_position_embeddings "

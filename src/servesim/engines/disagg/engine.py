@@ -45,6 +45,7 @@ from typing import Any
 import attrs
 from mypy_extensions import mypyc_attr
 
+from servesim import backends
 from servesim.engines.base import ReplayResult
 from servesim.engines.disagg.ranks import DecodeRank, DestinationRejected, PrefillRank
 from servesim.engines.disagg.transfer import transfer_delay_ms
@@ -172,7 +173,7 @@ class DisaggReplay(ReplayLoop[PoolWorker]):
         self.dirty: dict[PoolWorker, None] = {}
         self.next_prefill = 0
         self.next_decode = 0
-        self.destination_first = decode.backend == "sglang"
+        self.destination_first = backends.policy_of(decode.backend).destination_first
         self.transfers = 0
         self.transfer_ms = 0.0
         self._all_workers = [*self.prefill_workers, *self.decode_workers]

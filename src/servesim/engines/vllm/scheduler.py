@@ -39,6 +39,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+from servesim import backends
 from servesim.engines.kernel.blocks import BlockPool
 from servesim.engines.kernel.requests import RequestRecord, RequestSpec
 from servesim.engines.kernel.speculation import BurstSampler
@@ -207,18 +208,20 @@ class RankScheduler:
         if spec is not None and role.worker_type != "prefill":
             self.sampler = BurstSampler(spec.acceptance_rates, spec.seed, rank_offset)
         self.mtp = spec is not None and spec.kind == "mtp"
-        # TensorRT-LLM's GUARANTEED_NO_EVICT capacity policy (spec §5.4): a request is
-        # admitted only when the blocks of its whole sequence fit beside the blocks every
-        # admitted request may still take, so nothing is ever preempted; its output is
-        # clamped to what the pool holds (R2). vLLM admits what fits now and preempts.
-        self.no_evict = role.backend == "trtllm"
-        # SGLang (spec §5.10) runs prompt work and decode steps in separate passes, admits
-        # a prompt only beside a share of the running requests' remaining output
-        # (new_token_ratio), and retracts the requests with the least output when a decode
-        # step does not fit.
-        self.separate_prefill = role.backend == "sglang"
+        # The backend's policy (servesim.backends), copied into plain attributes the loop
+        # reads. no_evict: TensorRT-LLM's GUARANTEED_NO_EVICT capacity policy (spec §5.4): a
+        # request is admitted only when the blocks of its whole sequence fit beside the
+        # blocks every admitted request may still take, so nothing is ever preempted; its
+        # output is clamped to what the pool holds (R2). vLLM admits what fits now and
+        # preempts. SGLang (spec §5.10) runs prompt work and decode steps in separate
+        # passes, admits a prompt only beside a share of the running requests' remaining
+        # output (new_token_ratio), and retracts the requests with the least output when a
+        # decode step does not fit.
+        policy = backends.policy_of(role.backend)
+        self.no_evict = policy.no_evict
+        self.separate_prefill = policy.separate_prefill
         self.ratio: NewTokenRatio | None = None
-        if role.backend == "sglang":
+        if policy.new_token_ratio:
             self.ratio = NewTokenRatio.for_rank(role.attention_data)
         # The working state takes its blocks beside the tokens; vLLM's last token needs no
         # KV (it is never computed).
