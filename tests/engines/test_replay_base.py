@@ -7,10 +7,13 @@ from typing import Any
 
 import pytest
 
+from servesim.engines.disagg.engine import DisaggReplay
 from servesim.engines.kernel.events import PHASE_ENGINE
 from servesim.engines.kernel.replay import Replay
 from servesim.engines.kernel.requests import RequestRecord, RequestSpec, Workload
+from servesim.engines.vllm import AggregatedReplay
 from servesim.errors import ReplayError
+from servesim.timing import make_timer
 
 from .conftest import ListWorkload, Sim
 
@@ -79,3 +82,37 @@ def test_the_stuck_error_names_the_worker_and_the_waiting_heads() -> None:
     assert (d.code, d.path) == ("replay-stuck", ("engine", "workers", "decode"))
     assert d.message == ("decode worker 3 has work but cannot schedule any of it (waiting "
                          "heads: [7, 9]); this is a scheduler invariant violation")
+
+
+def _never_progress(results: list[Any], duration: float,
+                    progressed: bool) -> tuple[list[Any], float, bool]:
+    for res in results:
+        res.progressed = False
+    return results, duration, False
+
+
+class _StuckAggregated(AggregatedReplay):
+    def _run_ranks(self, worker: Any) -> tuple[list[Any], float, bool]:
+        return _never_progress(*super()._run_ranks(worker))
+
+
+class _StuckDisagg(DisaggReplay):
+    def _run_ranks(self, worker: Any) -> tuple[list[Any], float, bool]:
+        return [], 0.0, False  # (a pass that ran would hold its sources: a handoff waits)
+
+
+def test_the_built_in_engines_name_a_stuck_worker(sim: type[Sim]) -> None:
+    specs = [sim.spec(5, 8, 2), sim.spec(6, 8, 2)]
+    role = sim.role()
+    aggregated = _StuckAggregated(role, make_timer(role), ListWorkload(specs), print, None)
+    prefill, decode = sim.role(worker_type="prefill"), sim.role(worker_type="decode")
+    disagg = _StuckDisagg(prefill, decode, None, ListWorkload(specs), print)
+    # (the aggregated pass admitted both; the P/D one never ran)
+    expected = [("worker 0", "aggregated", []), ("prefill worker 0", "prefill", [5])]
+    for run, (worker, pool, heads) in zip([aggregated, disagg], expected, strict=True):
+        with pytest.raises(ReplayError) as info:
+            run.run()
+        (d,) = info.value.diagnostics
+        assert (d.code, d.path) == ("replay-stuck", ("engine", "workers", pool))
+        assert d.message == (f"{worker} has work but cannot schedule any of it (waiting "
+                             f"heads: {heads}); this is a scheduler invariant violation")

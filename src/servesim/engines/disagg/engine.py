@@ -58,6 +58,7 @@ from servesim.engines.kernel.requests import (
     Workload,
 )
 from servesim.engines.ranks.scheduler import SeqState
+from servesim.errors import ReplayError
 from servesim.payload import KvTransferArgs, Payload, RoleArgs
 from servesim.timing import StepTimer, make_timer
 from servesim.timing.base import front_end
@@ -255,15 +256,13 @@ class DisaggReplay(PassReplay[PoolWorker]):
             if state in worker.seen:
                 if self._waits_for_handoff(worker):
                     return
-                raise self._worker_stuck(worker, f"{worker.pool} worker",
-                                         ("engine", "workers", worker.pool))
+                raise self._pool_stuck(worker)
             worker.seen.add(state)
         results, duration, progressed = self._run_ranks(worker)
         if not progressed:
             if self._waits_for_handoff(worker):
                 return  # a source release or a destination activation will wake it
-            raise self._worker_stuck(worker, f"{worker.pool} worker",
-                                     ("engine", "workers", worker.pool))
+            raise self._pool_stuck(worker)
         if duration == 0.0 and worker.zero_at != now:
             worker.zero_at = now
             worker.seen.clear()
@@ -291,6 +290,10 @@ class DisaggReplay(PassReplay[PoolWorker]):
                 out.append(tuple(s.spec.request_id for s in rank.reserved))
                 out.append(tuple(s.spec.request_id for s in rank.materialized))
         return tuple(out)
+
+    def _pool_stuck(self, worker: PoolWorker) -> ReplayError:
+        return self._worker_stuck(worker, f"{worker.pool} worker",
+                                  ("engine", "workers", worker.pool))
 
     def _waits_for_handoff(self, worker: PoolWorker) -> bool:
         """Blocked on capacity that a handoff in flight will free or fill."""
