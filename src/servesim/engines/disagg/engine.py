@@ -40,7 +40,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import attrs
 from mypy_extensions import mypyc_attr
@@ -57,7 +57,7 @@ from servesim.engines.kernel.requests import (
     TerminalStatus,
     Workload,
 )
-from servesim.engines.ranks.scheduler import SeqState
+from servesim.engines.ranks.scheduler import RankPass, SeqState
 from servesim.errors import ReplayError
 from servesim.payload import KvTransferArgs, Payload, RoleArgs
 from servesim.timing import StepTimer, make_timer
@@ -305,11 +305,12 @@ class DisaggReplay(PassReplay[PoolWorker]):
         return False
 
     def _stamp(self, seq: Seq) -> Any:
-        return self.flights[seq.spec.request_id].record.token_times
+        return self.flights[cast(SeqState, seq).spec.request_id].record.token_times
 
     def _end_pass(self, worker: PoolWorker) -> None:
         end = self.now
-        pending = self._close(worker)
+        # (as RankPass: the compiled build reads the fields of its results natively)
+        pending = cast(list[RankPass], self._close(worker))
         self.dirty[worker] = None
         if worker.pool == "prefill":
             # The bootstrap token is hidden; a finished copy now holds its source KV.
@@ -324,9 +325,10 @@ class DisaggReplay(PassReplay[PoolWorker]):
         # Each token list is extended by this one-entry array: append would parse the float
         # argument anew for every token.
         stamp = array("d", (end,))
+        flights = self.flights
         for res in pending:
             for seq in res.emitted:  # a speculative burst: one entry per token
-                self.flights[seq.spec.request_id].record.token_times.extend(stamp)
+                flights[seq.spec.request_id].record.token_times.extend(stamp)
         for res in pending:
             for seq in res.finished:
                 self._end_flight(self.flights[seq.spec.request_id], "completed", end)

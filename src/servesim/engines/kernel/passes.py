@@ -42,6 +42,7 @@ from servesim.engines.kernel.rank import Rank, RankResult, Seq
 from servesim.engines.kernel.replay import Replay
 from servesim.engines.kernel.requests import Workload
 from servesim.errors import ReplayError
+from servesim.timing.base import StepTimer
 
 
 @dataclass(slots=True, eq=False)
@@ -93,6 +94,8 @@ class PassWorker:
 
 
 W = TypeVar("W", bound=PassWorker)
+# A rank's steady decode steps: its timer, KV capacity (tokens), batch, active KV tokens.
+StepPlan = tuple[StepTimer, int, int, int]
 
 
 class PassEnd(Generic[W]):
@@ -217,7 +220,8 @@ class PassReplay(Replay, Generic[W]):
         :meth:`_touch_horizon`. One event at the last end closes the segment
         (:meth:`_close`).
         """
-        plans: list[tuple[Rank, int, int]] = []
+        ranks: list[Rank] = []
+        plans: list[StepPlan] = []
         steps = -1
         for rank in worker.ranks:
             if not rank.has_work:
@@ -226,7 +230,8 @@ class PassReplay(Replay, Generic[W]):
             if plan is None:
                 return False
             k, n, active = plan
-            plans.append((rank, n, active))
+            ranks.append(rank)
+            plans.append((rank.timer, rank.total_kv_tokens, n, active))
             steps = k if steps < 0 else min(steps, k)
         if not plans:
             return False
@@ -248,13 +253,12 @@ class PassReplay(Replay, Generic[W]):
             if end >= horizon:
                 break  # the pass in flight when the worker is touched
         k = len(times)
-        for rank, _, _ in plans:
+        for rank in ranks:
             if k:
                 k = rank.steady_block_limit(k)
         if not k:
             return False
         ends = array("d", times[:k])
-        ranks = [rank for rank, _, _ in plans]
         worker.segment = Segment(ranks, ends, [bool(rank.waiting) for rank in ranks])
         worker.busy = True
         worker.pass_start = self.now
@@ -382,17 +386,18 @@ def _hold_prompts(worker: PassWorker) -> bool:
     return True
 
 
-def _steady_pass_ms(plans: list[tuple[Rank, int, int]], j: int) -> float:
-    """Duration of pass ``j`` of a steady segment planned as ``plans`` (rank, batch, active
-    KV tokens at the start): its slowest rank's decode step (no prefill half)."""
+def _steady_pass_ms(plans: list[StepPlan], j: int) -> float:
+    """Duration of pass ``j`` of a steady segment planned as ``plans`` (per rank: timer, KV
+    capacity, batch, active KV tokens at the start): its slowest rank's decode step (no
+    prefill half)."""
     if len(plans) == 1:
-        rank, n, active = plans[0]
+        timer, total, n, active = plans[0]
         a = active + n * j
-        return 0.0 + rank.timer.decode_ms(n, a, a // n, rank.total_kv_tokens)
+        return 0.0 + timer.decode_ms(n, a, a // n, total)
     duration = 0.0
-    for rank, n, active in plans:
+    for timer, total, n, active in plans:
         a = active + n * j
-        d = 0.0 + rank.timer.decode_ms(n, a, a // n, rank.total_kv_tokens)
+        d = 0.0 + timer.decode_ms(n, a, a // n, total)
         if d > duration:
             duration = d
     return duration

@@ -17,14 +17,14 @@ from __future__ import annotations
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from mypy_extensions import mypyc_attr
 
 from servesim.engines.kernel.passes import PassEnd, PassReplay, PassWorker
 from servesim.engines.kernel.rank import Seq
 from servesim.engines.kernel.requests import RequestRecord, RequestSpec, Workload
-from servesim.engines.ranks.scheduler import RankScheduler
+from servesim.engines.ranks.scheduler import RankPass, RankScheduler, SeqState
 from servesim.payload import RoleArgs
 from servesim.timing import StepTimer, make_timer
 from servesim.timing.base import front_end
@@ -114,7 +114,7 @@ class AggregatedReplay(PassReplay[Worker]):
                 self._start_pass(worker)
 
     def _stamp(self, seq: Seq) -> Any:
-        return seq.record.token_times
+        return cast(SeqState, seq).record.token_times
 
     def _touch_horizon(self, worker: Worker) -> float:
         # The next arrival goes to ``next_worker``; the heap may hold earlier ones.
@@ -152,7 +152,8 @@ class AggregatedReplay(PassReplay[Worker]):
 
     def _end_pass(self, worker: Worker) -> None:
         end = self.now
-        pending = self._close(worker)
+        # (as RankPass: the compiled build reads the fields of its results natively)
+        pending = cast(list[RankPass], self._close(worker))
         # Each token list is extended by this one-entry array: append would parse the float
         # argument anew for every token.
         stamp = array("d", (end,))
