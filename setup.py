@@ -17,16 +17,18 @@ from setuptools import setup
 # The modules a replay spends its time in. A compiled class can be subclassed by an
 # interpreted one only if it allows it (``mypyc_attr(allow_interpreted_subclasses=True)``,
 # as the replay loops do for plugins and tests); other subclasses compile with their base
-# (disagg.ranks with vllm.scheduler).
+# (disagg.ranks with ranks.scheduler).
 COMPILED = [
     "src/servesim/engines/kernel/blocks.py",
     "src/servesim/engines/kernel/events.py",
-    "src/servesim/engines/kernel/loop.py",
+    "src/servesim/engines/kernel/core.py",
     "src/servesim/engines/kernel/metrics.py",
+    "src/servesim/engines/kernel/passes.py",
+    "src/servesim/engines/kernel/replay.py",
     "src/servesim/engines/kernel/tokens.py",
+    "src/servesim/engines/ranks/scheduler.py",
+    "src/servesim/engines/ranks/token_ratio.py",
     "src/servesim/engines/vllm/engine.py",
-    "src/servesim/engines/vllm/scheduler.py",
-    "src/servesim/engines/vllm/token_ratio.py",
     "src/servesim/engines/disagg/engine.py",
     "src/servesim/engines/disagg/ranks.py",
     "src/servesim/timing/polynomial.py",

@@ -87,7 +87,7 @@ def generate_million(path: Path, n: int = MILLION) -> None:
 
 def compiled_kernel() -> bool:
     """Whether the replay kernel is the mypyc build (SERVESIM_MYPYC=1, see setup.py)."""
-    from servesim.engines.vllm import scheduler
+    from servesim.engines.ranks import scheduler
 
     return not scheduler.__file__.endswith(".py")
 

@@ -176,9 +176,10 @@ def test_a_request_that_reaches_the_sink_twice(sim: type[Sim]) -> None:
     role = sim.role()
 
     class Twice(AggregatedReplay):
-        def _terminal(self, seq: Any, status: Any, time_ms: float) -> None:
-            super()._terminal(seq, status, time_ms)
-            self.sink(seq.record)
+        def _terminal(self, spec: Any, status: Any, time_ms: float) -> None:
+            record = self.live[spec.request_id]
+            super()._terminal(spec, status, time_ms)
+            self.sink(record)
 
     run = Twice(role, make_timer(role), ListWorkload([sim.spec(0, 8, 2)]), lambda record: None,
                 None)

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from servesim.engines.kernel.rank import FINISHED
+from servesim.engines.ranks.token_ratio import NewTokenRatio
 from servesim.engines.vllm import AggregatedReplay
-from servesim.engines.vllm.scheduler import FINISHED
-from servesim.engines.vllm.token_ratio import NewTokenRatio
 from servesim.timing import make_timer
 
 from .conftest import ListWorkload

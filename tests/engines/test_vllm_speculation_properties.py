@@ -10,9 +10,9 @@ from collections.abc import Callable
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from servesim.engines.kernel.rank import RUNNING
 from servesim.engines.kernel.requests import RequestRecord
 from servesim.engines.vllm import AggregatedReplay, RankScheduler, Worker
-from servesim.engines.vllm.scheduler import RUNNING
 from servesim.payload import RoleArgs, StateCacheArgs
 from servesim.timing import make_timer
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from servesim.engines.kernel.rank import FINISHED, RUNNING, WAITING
 from servesim.engines.kernel.tokens import Segment, make_prompt
 from servesim.engines.vllm import RankScheduler, SeqState
-from servesim.engines.vllm.scheduler import FINISHED, RUNNING, WAITING
 from servesim.payload import SpeculationArgs, StateCacheArgs
 
 

@@ -129,6 +129,20 @@ def test_a_request_waits_for_the_running_batch(tmp_path: Path,
     assert run.report["static_batch"] == {"batches": 2, "mean_batch_size": 1.0}
 
 
+def test_at_the_cutoff_a_batch_in_flight_keeps_only_the_tokens_seen(
+        tmp_path: Path, replay_toml: Callable[..., ReplayRun]) -> None:
+    # the batch's tokens are stamped ahead (P, P + D, ...); the run ends at the arrival at
+    # 12 ms (the last event before the 15 ms cutoff), so tokens after 12 ms are dropped
+    config = trace_config(tmp_path, [(0.0, 64, 10), (12.0, 64, 4)])
+    run = replay_toml(config + "[traffic.stop]\nmax_virtual_time_seconds = 0.015\n")
+    r = by_id(run)
+    assert [r[i]["terminal_status"] for i in (0, 1)] == ["incomplete", "incomplete"]
+    assert (r[0]["first_token_ms"], r[0]["last_token_ms"], r[0]["output_length"]) == (
+        P, P + D, 2)
+    assert r[1]["output_length"] == 0
+    assert run.report["num_requests"] == 2
+
+
 def test_an_idle_worker_waits_for_a_full_batch(tmp_path: Path,
                                                replay_toml: Callable[..., ReplayRun]) -> None:
     rows = [(0.0, 64, 1), (30.0, 64, 1)]

@@ -40,7 +40,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import attrs
 from mypy_extensions import mypyc_attr
@@ -50,15 +50,16 @@ from servesim.engines.base import ReplayResult
 from servesim.engines.disagg.ranks import DecodeRank, DestinationRejected, PrefillRank
 from servesim.engines.disagg.transfer import transfer_delay_ms
 from servesim.engines.kernel.events import PHASE_TRANSFER
-from servesim.engines.kernel.loop import PassEnd, PassWorker, ReplayLoop
+from servesim.engines.kernel.passes import PassEnd, PassReplay, PassWorker
+from servesim.engines.kernel.rank import Seq
 from servesim.engines.kernel.requests import (
     RequestRecord,
     RequestSpec,
     TerminalStatus,
     Workload,
 )
-from servesim.engines.vllm.scheduler import SeqState
-from servesim.errors import Diagnostic, ReplayError
+from servesim.engines.ranks.scheduler import RankPass, SeqState
+from servesim.errors import ReplayError
 from servesim.payload import KvTransferArgs, Payload, RoleArgs
 from servesim.timing import StepTimer, make_timer
 from servesim.timing.base import front_end
@@ -129,10 +130,10 @@ def _scratch(spec: RequestSpec) -> RequestRecord:
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
-class DisaggReplay(ReplayLoop[PoolWorker]):
+class DisaggReplay(PassReplay[PoolWorker]):
     """One P/D run; :func:`replay_disaggregated` is the usual entry point. Keeping the
     object gives access to both pools (and their rank block pools) after :meth:`run`.
-    ``bulk_decode=False`` steps every pass (see :mod:`servesim.engines.kernel.loop`)."""
+    ``bulk_decode=False`` steps every pass (see :mod:`servesim.engines.kernel.passes`)."""
 
     def __init__(
         self,
@@ -187,12 +188,7 @@ class DisaggReplay(ReplayLoop[PoolWorker]):
     def run(self) -> DisaggStats:
         self.run_loop()
         return DisaggStats(
-            end_ms=self.now,
-            passes=self.passes,
-            num_requests=self.num_requests,
-            completed=self.counts["completed"],
-            rejected=self.counts["rejected"],
-            incomplete=self.counts["incomplete"],
+            **self.totals(),
             transfers=self.transfers,
             transfer_ms=self.transfer_ms,
             prefill_busy_ms=tuple(w.busy_ms for w in self.prefill_workers),
@@ -221,32 +217,17 @@ class DisaggReplay(ReplayLoop[PoolWorker]):
     # -- prefill side ---------------------------------------------------------------------
 
     def _arrive(self, spec: RequestSpec) -> None:
-        if spec.request_id in self.flights:
-            raise ReplayError(
-                [Diagnostic(code="workload-duplicate-id",
-                            message=f"request id {spec.request_id} arrived twice while in flight")]
-            )
         worker = self.prefill_workers[self.next_prefill]
+        record = self._open(spec, prefill_worker=worker.index)
         self.next_prefill = (self.next_prefill + 1) % len(self.prefill_workers)
         rank = worker.ranks[worker.place()]
         assert isinstance(rank, PrefillRank)
-        record = RequestRecord(
-            request_id=spec.request_id,
-            arrival_ms=spec.arrival_ms,
-            input_length=spec.input_length,
-            requested_output_length=spec.output_length,
-            status="incomplete",
-            session_id=spec.session_id,
-            turn_index=spec.turn_index,
-            prefill_worker=worker.index,
-        )
         # The hidden bootstrap: the prefill worker computes the prompt and one token.
         copy = attrs.evolve(spec, output_length=1)
         source = rank.new_seq(copy, _scratch(copy))
         flight = Flight(spec=spec, record=record, source=source, prefill_worker=worker,
                         prefill_rank=rank)
         self.flights[spec.request_id] = flight
-        self.num_requests += 1
         if self.destination_first:
             self._hand_off(flight)  # the prefill is queued once the destination is reserved
         else:
@@ -276,13 +257,13 @@ class DisaggReplay(ReplayLoop[PoolWorker]):
             if state in worker.seen:
                 if self._waits_for_handoff(worker):
                     return
-                raise self._stuck_error(worker)
+                raise self._pool_stuck(worker)
             worker.seen.add(state)
         results, duration, progressed = self._run_ranks(worker)
         if not progressed:
             if self._waits_for_handoff(worker):
                 return  # a source release or a destination activation will wake it
-            raise self._stuck_error(worker)
+            raise self._pool_stuck(worker)
         if duration == 0.0 and worker.zero_at != now:
             worker.zero_at = now
             worker.seen.clear()
@@ -311,6 +292,10 @@ class DisaggReplay(ReplayLoop[PoolWorker]):
                 out.append(tuple(s.spec.request_id for s in rank.materialized))
         return tuple(out)
 
+    def _pool_stuck(self, worker: PoolWorker) -> ReplayError:
+        return self._worker_stuck(worker, f"{worker.pool} worker",
+                                  ("engine", "workers", worker.pool))
+
     def _waits_for_handoff(self, worker: PoolWorker) -> bool:
         """Blocked on capacity that a handoff in flight will free or fill."""
         for rank in worker.ranks:
@@ -320,12 +305,13 @@ class DisaggReplay(ReplayLoop[PoolWorker]):
                 return True
         return False
 
-    def _stamp(self, seq: SeqState) -> Any:
-        return self.flights[seq.spec.request_id].record.token_times
+    def _stamp(self, seq: Seq) -> Any:
+        return self.flights[cast(SeqState, seq).spec.request_id].record.token_times
 
     def _end_pass(self, worker: PoolWorker) -> None:
         end = self.now
-        pending = self._close(worker)
+        # (as RankPass: the compiled build reads the fields of its results natively)
+        pending = cast(list[RankPass], self._close(worker))
         self.dirty[worker] = None
         if worker.pool == "prefill":
             # The bootstrap token is hidden; a finished copy now holds its source KV.
@@ -340,12 +326,13 @@ class DisaggReplay(ReplayLoop[PoolWorker]):
         # Each token list is extended by this one-entry array: append would parse the float
         # argument anew for every token.
         stamp = array("d", (end,))
+        flights = self.flights
         for res in pending:
             for seq in res.emitted:  # a speculative burst: one entry per token
-                self.flights[seq.spec.request_id].record.token_times.extend(stamp)
+                flights[seq.spec.request_id].record.token_times.extend(stamp)
         for res in pending:
             for seq in res.finished:
-                self._terminal(self.flights[seq.spec.request_id], "completed", end)
+                self._end_flight(self.flights[seq.spec.request_id], "completed", end)
         for rank in worker.ranks:
             assert isinstance(rank, DecodeRank)
             if rank.handoffs:
@@ -424,17 +411,12 @@ class DisaggReplay(ReplayLoop[PoolWorker]):
             # destination-first: the prefill side rejected a request reserved downstream
             rank.cancel_destination(flight.dest)
             self.retry[rank] = None
-        self._terminal(flight, "rejected", time_ms)
+        self._end_flight(flight, "rejected", time_ms)
 
-    def _terminal(self, flight: Flight, status: TerminalStatus, time_ms: float) -> None:
-        record = flight.record
-        record.status = status
-        record.terminal_ms = time_ms
+    def _end_flight(self, flight: Flight, status: TerminalStatus, time_ms: float) -> None:
         self._merge(flight)
-        del self.flights[record.request_id]
-        self.counts[status] += 1
-        self.sink(record)
-        self._release(flight.spec, time_ms)
+        del self.flights[flight.spec.request_id]
+        self._terminal(flight.spec, status, time_ms)
 
     @staticmethod
     def _merge(flight: Flight) -> None:
@@ -449,26 +431,10 @@ class DisaggReplay(ReplayLoop[PoolWorker]):
             record.num_preemptions += flight.dest.record.num_preemptions
 
     def _flush_incomplete(self) -> None:
-        # In flight at the cutoff: passes and transfers that did not complete are dropped.
-        for request_id in sorted(self.flights):
-            flight = self.flights[request_id]
-            flight.record.status = "incomplete"
+        for flight in self.flights.values():
             self._merge(flight)
-            self.counts["incomplete"] += 1
-            self.sink(flight.record)
         self.flights.clear()
-
-    # -- errors ---------------------------------------------------------------------------
-
-    def _stuck_error(self, worker: PoolWorker) -> ReplayError:
-        heads = [r.waiting[0].spec.request_id for r in worker.ranks if r.waiting]
-        return ReplayError(
-            [Diagnostic(code="replay-stuck",
-                        message=f"{worker.pool} worker {worker.index} has work but cannot "
-                        f"schedule any of it (waiting heads: {heads}); this is a scheduler "
-                        "invariant violation",
-                        path=("engine", "workers", worker.pool))]
-        )
+        super()._flush_incomplete()
 
 
 def replay_disaggregated(

@@ -1,6 +1,6 @@
-"""The two halves of a prefill/decode handoff on top of the vLLM rank scheduler.
+"""The two halves of a prefill/decode handoff on top of the shared rank scheduler.
 
-Both pools run the unmodified :class:`~servesim.engines.vllm.scheduler.RankScheduler`
+Both pools run the unmodified :class:`~servesim.engines.ranks.scheduler.RankScheduler`
 pass logic; these subclasses add only what a handoff needs:
 
 * :class:`PrefillRank` prices decode at zero (the bootstrap token comes out of the prefill
@@ -25,9 +25,10 @@ from typing import Any
 
 import attrs
 
+from servesim.engines.kernel.rank import RUNNING, WAITING
 from servesim.engines.kernel.requests import RequestRecord, RequestSpec
 from servesim.engines.kernel.state import RequestState
-from servesim.engines.vllm.scheduler import RUNNING, WAITING, RankPass, RankScheduler, SeqState
+from servesim.engines.ranks.scheduler import RankPass, RankScheduler, SeqState
 from servesim.payload import RoleArgs
 from servesim.timing.base import StepTimer, prefill_group_ms
 

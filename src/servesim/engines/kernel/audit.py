@@ -33,6 +33,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from servesim.engines.kernel.blocks import BlockPool
+from servesim.engines.kernel.rank import FINISHED, RUNNING, WAITING
 from servesim.engines.kernel.requests import RequestRecord
 from servesim.errors import Diagnostic, ReplayError
 
@@ -73,9 +74,9 @@ def violation(invariant: str, where: str, detail: str, request: int | None = Non
              "please report it with the config and trace")])
 
 
-# -- views of the two built-in loops --------------------------------------------------------
+# -- views of a pass-worker run (servesim.engines.kernel.passes) ---------------------------
 
-RankEntry = tuple[str, Any, str, bool]  # (label, RankScheduler, pool name, audit it)
+RankEntry = tuple[str, Any, str, bool]  # (label, rank, pool name, audit it)
 
 
 def _ranks(replay: Any, now: float | None = None) -> list[RankEntry]:
@@ -99,10 +100,7 @@ def _queued_ids(rank: Any) -> dict[int, str]:
 
 
 def _live_ids(replay: Any) -> set[int]:
-    live = getattr(replay, "live", None)
-    if live is None:
-        live = replay.flights
-    return set(live)
+    return set(replay.live)
 
 
 def _in_passes(replay: Any) -> set[int]:
@@ -122,8 +120,6 @@ def _in_handoff(replay: Any) -> set[int]:
 
 def _queues(rank: Any) -> list[tuple[str, Iterable[Any], int | None]]:
     """(name, members, required status) of every queue of a rank."""
-    from servesim.engines.vllm.scheduler import FINISHED, RUNNING, WAITING
-
     out: list[tuple[str, Iterable[Any], int | None]] = [
         ("waiting", rank.waiting, WAITING), ("running", rank.running, RUNNING)]
     if hasattr(rank, "held"):

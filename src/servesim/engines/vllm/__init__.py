@@ -1,9 +1,9 @@
-"""vLLM-style continuous batching: per-rank scheduler and the aggregated replay loop."""
+"""The aggregated replay: a pool of continuous-batching workers (the ``vllm`` engine)."""
 
 from __future__ import annotations
 
+from servesim.engines.ranks.scheduler import RankPass, RankScheduler, SeqState
 from servesim.engines.vllm.engine import AggregatedReplay, ReplayStats, Worker, replay_aggregated
-from servesim.engines.vllm.scheduler import RankPass, RankScheduler, SeqState
 
 __all__ = [
     "AggregatedReplay",

@@ -17,19 +17,14 @@ from __future__ import annotations
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from mypy_extensions import mypyc_attr
 
-from servesim.engines.kernel.loop import PassEnd, PassWorker, ReplayLoop
-from servesim.engines.kernel.requests import (
-    RequestRecord,
-    RequestSpec,
-    TerminalStatus,
-    Workload,
-)
-from servesim.engines.vllm.scheduler import RankScheduler, SeqState
-from servesim.errors import Diagnostic, ReplayError
+from servesim.engines.kernel.passes import PassEnd, PassReplay, PassWorker
+from servesim.engines.kernel.rank import Seq
+from servesim.engines.kernel.requests import RequestRecord, RequestSpec, Workload
+from servesim.engines.ranks.scheduler import RankPass, RankScheduler, SeqState
 from servesim.payload import RoleArgs
 from servesim.timing import StepTimer, make_timer
 from servesim.timing.base import front_end
@@ -61,14 +56,14 @@ class Worker(PassWorker):
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
-class AggregatedReplay(ReplayLoop[Worker]):
+class AggregatedReplay(PassReplay[Worker]):
     """One aggregated run; :func:`replay_aggregated` is the usual entry point. Keeping the
     object gives access to the workers (and their rank pools) after :meth:`run`.
 
     All workers are ready at t=0; ``startup_seconds`` only delays workers added during a
     run, which an aggregated replay without scaling never does. ``bulk_decode=False`` is
     the reference mode: every pass goes through the event heap (see
-    :mod:`servesim.engines.kernel.loop`).
+    :mod:`servesim.engines.kernel.passes`).
     """
 
     def __init__(
@@ -90,7 +85,6 @@ class AggregatedReplay(ReplayLoop[Worker]):
                                           for r in range(dp)])
             for w in range(role.replicas)
         ]
-        self.live: dict[int, SeqState] = {}
         self.next_worker = 0
         self.dirty: list[Worker] = []
 
@@ -102,15 +96,8 @@ class AggregatedReplay(ReplayLoop[Worker]):
 
     def run(self) -> ReplayStats:
         self.run_loop()
-        return ReplayStats(
-            end_ms=self.now,
-            passes=self.passes,
-            num_requests=self.num_requests,
-            completed=self.counts["completed"],
-            rejected=self.counts["rejected"],
-            incomplete=self.counts["incomplete"],
-            worker_busy_ms=tuple(w.busy_ms for w in self.workers),
-        )
+        return ReplayStats(**self.totals(),
+                           worker_busy_ms=tuple(w.busy_ms for w in self.workers))
 
     # -- events ---------------------------------------------------------------------------
 
@@ -126,8 +113,8 @@ class AggregatedReplay(ReplayLoop[Worker]):
             for worker in self._starters(sorted(dirty, key=_index)):
                 self._start_pass(worker)
 
-    def _stamp(self, seq: SeqState) -> Any:
-        return seq.record.token_times
+    def _stamp(self, seq: Seq) -> Any:
+        return cast(SeqState, seq).record.token_times
 
     def _touch_horizon(self, worker: Worker) -> float:
         # The next arrival goes to ``next_worker``; the heap may hold earlier ones.
@@ -139,25 +126,9 @@ class AggregatedReplay(ReplayLoop[Worker]):
         # The request only joins a waiting queue, unless its placement reads the ranks.
         self._touch(worker, reads=worker.ranks[0].least_loaded)
         rank = worker.ranks[worker.place()]
-        record = RequestRecord(
-            request_id=spec.request_id,
-            arrival_ms=spec.arrival_ms,
-            input_length=spec.input_length,
-            requested_output_length=spec.output_length,
-            status="incomplete",
-            session_id=spec.session_id,
-            turn_index=spec.turn_index,
-            decode_worker=worker.index,
-            pass_ends=worker.pass_ends,
-        )
+        assert isinstance(rank, RankScheduler)
+        record = self._open(spec, decode_worker=worker.index, pass_ends=worker.pass_ends)
         seq = rank.new_seq(spec, record)
-        if spec.request_id in self.live:
-            raise ReplayError(
-                [Diagnostic(code="workload-duplicate-id",
-                            message=f"request id {spec.request_id} arrived twice while in flight")]
-            )
-        self.live[spec.request_id] = seq
-        self.num_requests += 1
         rank.submit(seq)
         if not worker.busy:
             self.dirty.append(worker)
@@ -172,15 +143,17 @@ class AggregatedReplay(ReplayLoop[Worker]):
             worker.wave_step = 0  # the DP group drained: the prefill cadence restarts
             return  # nothing to do: the worker sleeps until an arrival marks it dirty
         if not progressed:
-            raise self._stuck_error(worker)
+            raise self._worker_stuck(worker, "worker",
+                                     ("engine", "workers", self.role.worker_type))
         self._launch(worker, results, duration)
         for res in results:
             for seq in res.rejected:
-                self._terminal(seq, "rejected", now)
+                self._terminal(seq.spec, "rejected", now)
 
     def _end_pass(self, worker: Worker) -> None:
         end = self.now
-        pending = self._close(worker)
+        # (as RankPass: the compiled build reads the fields of its results natively)
+        pending = cast(list[RankPass], self._close(worker))
         # Each token list is extended by this one-entry array: append would parse the float
         # argument anew for every token.
         stamp = array("d", (end,))
@@ -189,37 +162,8 @@ class AggregatedReplay(ReplayLoop[Worker]):
                 seq.record.token_times.extend(stamp)
         for res in pending:
             for seq in res.finished:
-                self._terminal(seq, "completed", end)
+                self._terminal(seq.spec, "completed", end)
         self.dirty.append(worker)
-
-    def _terminal(self, seq: SeqState, status: TerminalStatus, time_ms: float) -> None:
-        record = seq.record
-        record.status = status
-        record.terminal_ms = time_ms
-        del self.live[record.request_id]
-        self.counts[status] += 1
-        self.sink(record)
-        self._release(seq.spec, time_ms)
-
-    def _flush_incomplete(self) -> None:
-        # Passes still in flight at the cutoff never completed: their tokens are dropped.
-        for request_id in sorted(self.live):
-            record = self.live[request_id].record
-            record.status = "incomplete"
-            self.counts["incomplete"] += 1
-            self.sink(record)
-        self.live.clear()
-
-    # -- errors ---------------------------------------------------------------------------
-
-    def _stuck_error(self, worker: Worker) -> ReplayError:
-        heads = [r.waiting[0].spec.request_id for r in worker.ranks if r.waiting]
-        return ReplayError(
-            [Diagnostic(code="replay-stuck",
-                        message=f"worker {worker.index} has work but cannot schedule any of it "
-                        f"(waiting heads: {heads}); this is a scheduler invariant violation",
-                        path=("engine", "workers", self.role.worker_type))]
-        )
 
 
 def replay_aggregated(

@@ -1,21 +1,17 @@
-"""The replay kernel shared by the built-in engines: clock, event heap, worker passes.
+"""The pass-worker layer: workers of rank schedulers running passes and steady segments.
 
-:class:`ReplayLoop` owns virtual time, the event heap and the lazily pulled open-loop
-arrivals; an engine subclass says what its events do (:meth:`ReplayLoop._dispatch`), what
-happens once the events of an instant were processed (:meth:`ReplayLoop._settle`: start
-idle workers, retry handoffs) and how requests still in flight end
-(:meth:`ReplayLoop._flush_incomplete`).
-
-A worker is ``attention_data`` rank schedulers running passes in lockstep; the kernel runs
-one pass of a worker (:meth:`ReplayLoop._run_ranks`), puts it in flight
-(:meth:`ReplayLoop._launch`) and closes it when its end event fires
-(:meth:`ReplayLoop._close`).
+A worker is ``attention_data`` rank schedulers (:class:`~servesim.engines.kernel.rank.Rank`)
+running passes in lockstep; :class:`PassReplay` runs one pass of a worker
+(:meth:`PassReplay._run_ranks`: TensorRT-LLM's attention-DP balance, group prefill
+pricing), puts it in flight (:meth:`PassReplay._launch`) and closes it when its end event
+fires (:meth:`PassReplay._close`); :meth:`PassWorker.place` picks the rank of a new
+request (round-robin or least-loaded). The built-in engines subclass :class:`PassReplay`.
 
 **Bulk advance of steady decode.** Between events that change a batch (an arrival, a
 prefill chunk, a completion, a block allocation that could fail or preempt), the passes of
 a worker are homogeneous decode steps: every request emits one token, the batch and its
 KV grow by one token per request and step. When a worker's next passes are steady,
-:meth:`ReplayLoop._begin_segment` plans them as one *segment*: step times come from the
+:meth:`PassReplay._begin_segment` plans them as one *segment*: step times come from the
 timer at each step's closed-form KV token count, summed in the same order as the stepwise
 loop would (so the floats are the same), and a single event at the last end closes the
 segment, applying its passes at once (token timestamps appended as one array per request;
@@ -23,7 +19,7 @@ block allocations at crossings and publications of completed blocks in stepwise 
 
 Segments are per worker: passes of other workers do not touch it, so they do not cut it.
 An event that reads or changes a worker's ranks (an arrival placed on it, a P/D handoff or
-KV transfer to it) first calls :meth:`ReplayLoop._touch`, which applies the segment's
+KV transfer to it) first calls :meth:`PassReplay._touch`, which applies the segment's
 passes the stepwise loop has closed by then and turns the one in flight into an ordinary
 pass. The reference mode (``bulk_decode=False``) steps every pass through the event heap;
 differential tests assert both give identical records and reports.
@@ -33,28 +29,20 @@ from __future__ import annotations
 
 import bisect
 from array import array
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from mypy_extensions import mypyc_attr
 
 from servesim.engines.kernel.audit import guard_replay
-from servesim.engines.kernel.events import PHASE_ARRIVAL, PHASE_ENGINE, EventQueue
-from servesim.engines.kernel.requests import RequestRecord, RequestSpec, Workload
-from servesim.errors import Diagnostic, ReplayError
-
-if TYPE_CHECKING:
-    from servesim.engines.vllm.scheduler import RankPass, RankScheduler, SeqState
-
-Sink = Callable[[RequestRecord], None]
-
-# Report progress every this many loop iterations (and once at the end).
-PROGRESS_EVERY = 4096
-# ``ReplayLoop.event_order`` while idle workers start after the first round of events of
-# an instant, and in the later rounds at the same instant (events pushed by those starts).
-AFTER_EVENTS = (PHASE_ARRIVAL + 1, 0)
-LATER_ROUND = (PHASE_ARRIVAL + 2, 0)
+from servesim.engines.kernel.core import LATER_ROUND, Guard, Sink
+from servesim.engines.kernel.events import PHASE_ENGINE
+from servesim.engines.kernel.rank import Rank, RankResult, Seq
+from servesim.engines.kernel.replay import Replay
+from servesim.engines.kernel.requests import Workload
+from servesim.errors import ReplayError
+from servesim.timing.base import StepTimer
 
 
 @dataclass(slots=True, eq=False)
@@ -62,7 +50,7 @@ class Segment:
     """Steady decode passes of one worker, planned when they start and applied when the
     last one ends (or cut short when something touches the worker)."""
 
-    ranks: list[RankScheduler]  # the ranks with work, each running one token per request
+    ranks: list[Rank]  # the ranks with work, each running one token per request
     ends: array  # end time of every pass, in order
     waiting: list[bool]  # per rank: a request was waiting when the segment started
 
@@ -73,7 +61,7 @@ class PassWorker:
 
     index: int  # within its pool
     key: int  # event tie-break id, unique across the run
-    ranks: list[RankScheduler]
+    ranks: list[Rank]
     next_rank: int = 0
     wave_step: int = 0  # passes since the worker's DP group last drained
     # attention-DP balance (TensorRT-LLM): passes spent waiting for every rank to have
@@ -82,7 +70,7 @@ class PassWorker:
     balance_batch: int = 0
     busy: bool = False
     pass_start: float = 0.0
-    pending: list[RankPass] = field(default_factory=list)
+    pending: list[RankResult] = field(default_factory=list)
     busy_ms: float = 0.0
     segment: Segment | None = None  # steady decode passes in flight instead of one pass
     # the end time of every pass closed so far, in order (RequestRecord.pass_ends)
@@ -106,6 +94,8 @@ class PassWorker:
 
 
 W = TypeVar("W", bound=PassWorker)
+# A rank's steady decode steps: its timer, KV capacity (tokens), batch, active KV tokens.
+StepPlan = tuple[StepTimer, int, int, int]
 
 
 class PassEnd(Generic[W]):
@@ -119,117 +109,30 @@ class PassEnd(Generic[W]):
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # engines, ours and plugins', subclass it
-class ReplayLoop(Generic[W]):
-    """Clock, event heap and worker passes of one run (see the module docstring)."""
+class PassReplay(Replay, Generic[W]):
+    """A run whose workers run passes of rank schedulers (see the module docstring)."""
 
     def __init__(self, workload: Workload, sink: Sink,
                  progress: Callable[[float], None] | None, *, bulk_decode: bool = True) -> None:
-        self.workload = workload
-        self.sink = sink
-        self.progress = progress
+        super().__init__(workload, sink, progress)
         self.bulk_decode = bulk_decode
-        self.events: EventQueue[Any] = EventQueue()
-        self.now = 0.0
-        self.passes = 0
-        self.bulk_passes = 0  # of those, passes applied by the bulk advance
-        self.num_requests = 0
-        self.counts = {"completed": 0, "rejected": 0, "incomplete": 0}
-        self._lookahead: RequestSpec | None = None
-        # the serving front end's latency by prompt length: a request reaches the engine
-        # that long after its arrival (set by an engine from its timer, see timing.base)
-        self.front_end: Callable[[int], float] | None = None
-        # (phase, key) of the event being processed; AFTER_EVENTS once all of an instant's
-        # events were (see _touch)
-        self.event_order = AFTER_EVENTS
+        self.bulk_passes = 0  # of the passes, those applied by the bulk advance
 
     @property
     def workers(self) -> Sequence[W]:
         raise NotImplementedError
 
-    # -- hooks ------------------------------------------------------------------------------
-
-    def _dispatch(self, item: Any) -> None:
-        """Process one event popped at ``self.now``."""
-        raise NotImplementedError
-
-    def _settle(self) -> None:
-        """After the events of an instant (start idle workers...)."""
-        raise NotImplementedError
-
-    def _flush_incomplete(self) -> None:
-        raise NotImplementedError
-
-    # -- main loop ------------------------------------------------------------------------
-
-    def run_loop(self) -> None:
-        """Process events in order until none is left or the cutoff is passed."""
-        events = self.events
-        cutoff = self.workload.max_time_ms
-        arrivals: Iterator[RequestSpec] = iter(self.workload.start())
-        lookahead = next(arrivals, None)
-        self._lookahead = lookahead
-        inf = float("inf")
-        settled = -inf  # the instant of the last settle
-        iterations = 0
-        guard = guard_replay(self)  # watchdog; invariant auditor when enabled
-        while True:
-            t_event = events.peek_time()
-            t = inf if t_event is None else t_event
-            if lookahead is not None and lookahead.arrival_ms < t:
-                t = lookahead.arrival_ms
-            if t == inf or (cutoff is not None and t > cutoff):
-                break
-            if t < self.now:
-                raise self._order_error(t)
-            self.now = t
-            while lookahead is not None and lookahead.arrival_ms <= t:
-                self._admit(lookahead)
-                lookahead = next(arrivals, None)
-            self._lookahead = lookahead
-            # A later round at one instant (after a settle pushed zero-delay events) comes
-            # after every event that was in the heap at the instant's first round.
-            later_round = t == settled
-            while True:
-                t_event = events.peek_time()
-                if t_event is None or t_event > t:
-                    break
-                _, phase, key, item = events.pop_keyed()
-                self.event_order = LATER_ROUND if later_round else (phase, key)
-                self._dispatch(item)
-            self.event_order = LATER_ROUND if later_round else AFTER_EVENTS
-            self._settle()
-            settled = t
-            guard.instant(self.now)
-            iterations += 1
-            if self.progress is not None and iterations % PROGRESS_EVERY == 0:
-                self.progress(self.now)
-        self._flush_incomplete()
-        guard.finish()
-        if self.progress is not None:
-            self.progress(self.now)
-
-    def _release(self, spec: RequestSpec, time_ms: float) -> None:
-        """Queue the requests the workload releases because ``spec`` ended at ``time_ms``."""
-        for new in self.workload.on_terminal(spec, time_ms):
-            if new.arrival_ms < time_ms:
-                raise self._order_error(new.arrival_ms)
-            self._admit(new)
-
-    def _admit(self, spec: RequestSpec) -> None:
-        """Queue ``spec``'s arrival event: at its arrival, or after the front end's latency."""
-        at = spec.arrival_ms
-        if self.front_end is not None:
-            at += self.front_end(spec.input_length)
-        self.events.push(at, PHASE_ARRIVAL, spec.request_id, spec)
+    def _guard(self) -> Guard:
+        return guard_replay(self)  # watchdog; invariant auditor when enabled
 
     # -- worker passes ----------------------------------------------------------------------
 
-    def _run_ranks(self, worker: W) -> tuple[list[RankPass], float, bool]:
+    def _run_ranks(self, worker: W) -> tuple[list[RankResult], float, bool]:
         """One pass of every rank with work: results, the worker's duration (its slowest
         rank), whether anything progressed."""
         now = self.now
-        results: list[RankPass] = []
-        ran: list[RankScheduler] = []
+        results: list[RankResult] = []
+        ran: list[Rank] = []
         duration = 0.0
         progressed = False
         dp_size = len(worker.ranks)
@@ -249,7 +152,7 @@ class ReplayLoop(Generic[W]):
         return results, duration, progressed
 
     @staticmethod
-    def _price_group_prefill(ranks: list[RankScheduler], results: list[RankPass],
+    def _price_group_prefill(ranks: list[Rank], results: list[RankResult],
                              duration: float) -> float:
         """Re-price the prefill halves of a pass in which several attention-DP ranks
         computed prompt tokens, with all of them (the timers' ``prefill_group_ms``: their
@@ -267,7 +170,7 @@ class ReplayLoop(Generic[W]):
                 duration = d
         return duration
 
-    def _launch(self, worker: W, results: list[RankPass], duration: float) -> None:
+    def _launch(self, worker: W, results: list[RankResult], duration: float) -> None:
         self.passes += 1
         worker.wave_step += 1
         worker.busy = True
@@ -276,7 +179,7 @@ class ReplayLoop(Generic[W]):
         worker.end_entry = self.events.push(self.now + duration, PHASE_ENGINE, worker.key,
                                             PassEnd(worker))
 
-    def _close(self, worker: W) -> list[RankPass]:
+    def _close(self, worker: W) -> list[RankResult]:
         """The pass of ``worker`` ended at ``self.now``: its results. A segment's passes
         are applied here (tokens stamped); its results hold only what its last pass
         finished."""
@@ -297,19 +200,7 @@ class ReplayLoop(Generic[W]):
 
     # -- bulk advance -----------------------------------------------------------------------
 
-    def _horizon(self) -> float:
-        """Time of the next event in the heap or admission of the run's next arrival."""
-        t_event = self.events.peek_time()
-        t = float("inf") if t_event is None else t_event
-        lookahead = self._lookahead
-        if lookahead is not None and lookahead.arrival_ms < t:
-            at = lookahead.arrival_ms
-            if self.front_end is not None:
-                at += self.front_end(lookahead.input_length)
-            t = min(t, at)
-        return t
-
-    def _stamp(self, seq: SeqState) -> array:
+    def _stamp(self, seq: Seq) -> array:
         """The token timestamps of ``seq``'s client-visible record."""
         raise NotImplementedError
 
@@ -329,7 +220,8 @@ class ReplayLoop(Generic[W]):
         :meth:`_touch_horizon`. One event at the last end closes the segment
         (:meth:`_close`).
         """
-        plans: list[tuple[RankScheduler, int, int]] = []
+        ranks: list[Rank] = []
+        plans: list[StepPlan] = []
         steps = -1
         for rank in worker.ranks:
             if not rank.has_work:
@@ -338,7 +230,8 @@ class ReplayLoop(Generic[W]):
             if plan is None:
                 return False
             k, n, active = plan
-            plans.append((rank, n, active))
+            ranks.append(rank)
+            plans.append((rank.timer, rank.total_kv_tokens, n, active))
             steps = k if steps < 0 else min(steps, k)
         if not plans:
             return False
@@ -360,20 +253,19 @@ class ReplayLoop(Generic[W]):
             if end >= horizon:
                 break  # the pass in flight when the worker is touched
         k = len(times)
-        for rank, _, _ in plans:
+        for rank in ranks:
             if k:
                 k = rank.steady_block_limit(k)
         if not k:
             return False
         ends = array("d", times[:k])
-        ranks = [rank for rank, _, _ in plans]
         worker.segment = Segment(ranks, ends, [bool(rank.waiting) for rank in ranks])
         worker.busy = True
         worker.pass_start = self.now
         worker.end_entry = self.events.push(ends[-1], PHASE_ENGINE, worker.key, PassEnd(worker))
         return True
 
-    def _apply_segment(self, worker: W, steps: int) -> list[RankPass]:
+    def _apply_segment(self, worker: W, steps: int) -> list[RankResult]:
         """Apply the first ``steps`` passes of ``worker``'s segment and drop the rest; the
         requests the last of them finished, per rank (as a pass's results)."""
         segment = worker.segment
@@ -382,7 +274,7 @@ class ReplayLoop(Generic[W]):
         ends = segment.ends
         if steps < len(ends):
             ends = ends[:steps]
-        finished: list[RankPass] = []
+        finished: list[RankResult] = []
         if not steps:
             return finished
         dp_size = len(worker.ranks)
@@ -456,14 +348,9 @@ class ReplayLoop(Generic[W]):
         self.now = now
         assert worker.pass_start + duration == ends[m], "a cut segment changed its timing"
 
-    # -- errors ---------------------------------------------------------------------------
-
-    def _order_error(self, t: float) -> ReplayError:
-        return ReplayError(
-            [Diagnostic(code="workload-order",
-                        message=f"workload produced an arrival at {t} ms, before the current "
-                        f"virtual time {self.now} ms; arrivals must be nondecreasing")]
-        )
+    def _worker_stuck(self, worker: W, name: str, path: tuple[str, ...]) -> ReplayError:
+        heads = [r.waiting[0].spec.request_id for r in worker.ranks if r.waiting]
+        return self._stuck_error(f"{name} {worker.index}", heads, path)
 
 
 def _hold_prompts(worker: PassWorker) -> bool:
@@ -499,17 +386,18 @@ def _hold_prompts(worker: PassWorker) -> bool:
     return True
 
 
-def _steady_pass_ms(plans: list[tuple[RankScheduler, int, int]], j: int) -> float:
-    """Duration of pass ``j`` of a steady segment planned as ``plans`` (rank, batch, active
-    KV tokens at the start): its slowest rank's decode step (no prefill half)."""
+def _steady_pass_ms(plans: list[StepPlan], j: int) -> float:
+    """Duration of pass ``j`` of a steady segment planned as ``plans`` (per rank: timer, KV
+    capacity, batch, active KV tokens at the start): its slowest rank's decode step (no
+    prefill half)."""
     if len(plans) == 1:
-        rank, n, active = plans[0]
+        timer, total, n, active = plans[0]
         a = active + n * j
-        return 0.0 + rank.timer.decode_ms(n, a, a // n, rank.total_kv_tokens)
+        return 0.0 + timer.decode_ms(n, a, a // n, total)
     duration = 0.0
-    for rank, n, active in plans:
+    for timer, total, n, active in plans:
         a = active + n * j
-        d = 0.0 + rank.timer.decode_ms(n, a, a // n, rank.total_kv_tokens)
+        d = 0.0 + timer.decode_ms(n, a, a // n, total)
         if d > duration:
             duration = d
     return duration

@@ -14,13 +14,9 @@ advance of ``n`` decode passes gives exactly the value ``n`` single passes give.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import attrs
-
-if TYPE_CHECKING:
-    from servesim.engines.vllm.scheduler import SeqState
 
 INITIAL: Final = 0.7
 MIN_SHARE: Final = 0.14  # the floor, as a share of the initial ratio
@@ -66,18 +62,8 @@ class NewTokenRatio:
         """The rank went idle."""
         self.base, self.passes = self.initial, 0
 
-    def retracted(self, running: Iterable[SeqState]) -> None:
-        """A decode pass retracted requests; re-estimate from the ones still running."""
-        decoded = max_new = n = 0
-        for seq in running:
-            decoded += seq.generated
-            max_new += seq.stop_len - seq.prompt_len
-            n += 1
-        self.base = min(1.0, (decoded + RETRACT_DECODE_STEPS * n) / (max_new + 1))
+    def retracted(self, decoded: int, max_new: int, running: int) -> None:
+        """A decode pass retracted requests; re-estimate from the ``running`` requests
+        left, which generated ``decoded`` of their ``max_new`` output tokens."""
+        self.base = min(1.0, (decoded + RETRACT_DECODE_STEPS * running) / (max_new + 1))
         self.passes = 0
-
-
-def output_reserve(seq: SeqState, ahead: int = 0) -> int:
-    """The output tokens ``seq`` may still generate (after ``ahead`` more decode steps),
-    clipped as SGLang estimates them."""
-    return min(seq.stop_len - seq.prompt_len - seq.generated - ahead, CLIP_MAX_NEW_TOKENS)

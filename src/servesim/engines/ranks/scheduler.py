@@ -1,4 +1,7 @@
-"""vLLM-style continuous batching for one attention-DP rank.
+"""The rank scheduler of every built-in engine: continuous batching on one attention-DP rank.
+
+It serves every backend (vLLM, SGLang, TensorRT-LLM: the role's policy flags) and both
+roles of a P/D deployment (:mod:`servesim.engines.disagg.ranks` specialises it).
 
 One :meth:`RankScheduler.execute_pass` is one engine iteration:
 
@@ -41,6 +44,7 @@ from typing import Final
 
 from servesim import backends
 from servesim.engines.kernel.blocks import BlockPool
+from servesim.engines.kernel.rank import FINISHED, RUNNING, WAITING
 from servesim.engines.kernel.requests import RequestRecord, RequestSpec
 from servesim.engines.kernel.speculation import BurstSampler
 from servesim.engines.kernel.state import RequestState, StateCache
@@ -53,14 +57,10 @@ from servesim.engines.kernel.tokens import (
     generated_key,
     segment,
 )
-from servesim.engines.vllm.token_ratio import NewTokenRatio, output_reserve
+from servesim.engines.ranks.token_ratio import CLIP_MAX_NEW_TOKENS, NewTokenRatio
 from servesim.errors import ReplayError
 from servesim.payload import RoleArgs
 from servesim.timing.base import StepTimer
-
-WAITING: Final = 0
-RUNNING: Final = 1
-FINISHED: Final = 2
 
 _SCHEDULED: Final = 0
 _BLOCKED: Final = 1
@@ -155,6 +155,12 @@ class SeqState:
         return self.prompt_len + self.generated >= self.stop_len
 
 
+def output_reserve(seq: SeqState, ahead: int = 0) -> int:
+    """The output tokens ``seq`` may still generate (after ``ahead`` more decode steps),
+    clipped as SGLang estimates them."""
+    return min(seq.stop_len - seq.prompt_len - seq.generated - ahead, CLIP_MAX_NEW_TOKENS)
+
+
 @dataclass(slots=True, eq=False)
 class RankPass:
     """What one rank did in one pass; token times are stamped by the caller."""
@@ -178,7 +184,8 @@ class RankPass:
 
 
 class RankScheduler:
-    """The vLLM scheduler of one attention-DP rank, with its own block pool."""
+    """The scheduler of one attention-DP rank, with its own block pool (a
+    :class:`servesim.engines.kernel.rank.Rank`)."""
 
     def __init__(self, role: RoleArgs, timer: StepTimer, rank_offset: int = 0) -> None:
         """``rank_offset`` (the rank's global index) offsets the speculation seed."""
@@ -564,7 +571,9 @@ class RankScheduler:
             self._preempt(victim)
             retracted = True
         if retracted:
-            self.ratio.retracted(running)
+            self.ratio.retracted(sum(seq.generated for seq in running),
+                                 sum(seq.stop_len - seq.prompt_len for seq in running),
+                                 len(running))
         else:
             self.ratio.decoded()
 
