@@ -22,7 +22,7 @@ class VllmEngine(Engine):
     NAME = "vllm"
     MODES = ("aggregated",)
     DESCRIPTION = "vLLM-style continuous batching, chunked prefill, prefix caching"
-    # False: the reference step-by-step replay (same report; see engines.kernel.loop)
+    # False: the reference step-by-step replay (same report; see engines.kernel.passes)
     bulk_decode: bool = True
 
     def replay(self, payload: Payload, workload: Workload, sink: Sink, *,
