@@ -42,6 +42,7 @@ from servesim.payload import (
 )
 from servesim.plugins.manager import PLUGIN_FAULTS, EngineRegistry, get_plugin_manager
 from servesim.render import shown
+from servesim.workloads.spec import workload_to_data
 
 EXIT_OK, EXIT_INPUT, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 MAX_TIMEOUT_S = 1e7  # (past the timer's range; 115 days)
@@ -258,7 +259,7 @@ def stage_to_data(artifact: Any) -> Any:
             **({"engine_options": artifact.engine_options} if artifact.engine_options else {}),
             "roles": {k: _drop_none(conv.unstructure(v)) for k, v in artifact.roles.items()},
             "kv_transfer": conv.unstructure(artifact.kv_transfer),
-            "workload": artifact.workload, "sla": conv.unstructure(artifact.sla),
+            "workload": workload_to_data(artifact.workload), "sla": conv.unstructure(artifact.sla),
             "provenance": {k: _drop_none(conv.unstructure(v))
                            for k, v in sorted(artifact.provenance.items())},
             "metadata": artifact.metadata,

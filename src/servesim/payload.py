@@ -18,6 +18,7 @@ import attrs
 
 from servesim import limits as L
 from servesim.limits import bounded
+from servesim.workloads.spec import WorkloadSpec, located, workload_to_data
 
 SCHEMA_VERSION = 1
 
@@ -158,7 +159,7 @@ class Payload:
     engine: str
     mode: Literal["aggregated", "disaggregated"]
     roles: dict[str, RoleArgs]
-    workload: dict[str, Any]
+    workload: WorkloadSpec
     kv_transfer: KvTransferArgs | None = None
     sla: SlaArgs | None = None
     provenance: dict[str, Any] = attrs.field(factory=dict)
@@ -176,6 +177,7 @@ def payload_to_dict(payload: Payload) -> dict[str, Any]:
     conv = cattrs.Converter()
     data: dict[str, Any] = conv.unstructure(payload)
     data["roles"] = {name: _drop_none(role) for name, role in data["roles"].items()}
+    data["workload"] = workload_to_data(payload.workload)
     return data
 
 
@@ -282,7 +284,7 @@ def load_payload(data: Any, *, name: str = "payload") -> Payload:
     conv = make_converter()
     payload, diags = structure(conv, data, Payload)
     if payload is None:
-        raise PayloadError(diags)
+        raise PayloadError(located(diags))
     return payload
 
 

@@ -17,6 +17,7 @@ from rich.tree import Tree
 from servesim.compiler.model.resolved import Provenance, ResolvedConfig
 from servesim.errors import Diagnostic, format_path
 from servesim.payload import RoleArgs, role_field_path
+from servesim.workloads.spec import workload_to_data
 
 REJECTED_WHY = ("prompt at or over the context length, or more tokens than a rank's KV cache "
                 "holds")
@@ -88,7 +89,7 @@ def resolved_tree(cfg: ResolvedConfig) -> Tree:
             _leaf(node, f.name, getattr(cfg.kv_transfer, f.name),
                   prov.get(f"engine.kv_transfer.{f.name}"))
     traffic = root.add(Text("traffic", style="bold"))
-    for section, values in cfg.workload.items():
+    for section, values in workload_to_data(cfg.workload).items():
         sub = traffic.add(Text(shown(section)))
         for key, value in values.items():
             _leaf(sub, key, value, prov.get(f"traffic.{section}.{key}"))

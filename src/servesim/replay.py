@@ -45,7 +45,7 @@ from servesim.workloads.spec import (
     SyntheticSource,
     TimestampLoad,
     TraceSource,
-    parse_workload_spec,
+    load_workload,
 )
 
 
@@ -76,7 +76,7 @@ def check_input_files(payload: Payload, *, registry: EngineRegistry,
     table is read and checked; a role the measured kernel tables do not cover gives a
     warning)."""
     out: list[Diagnostic] = []
-    spec = parse_workload_spec(payload.workload, formats=tuple(registry.trace_formats))
+    spec = load_workload(payload.workload, formats=tuple(registry.trace_formats))
     source = spec.source
     first_prompt: int | None = None  # the first request's prompt: nothing of it is cached
     if isinstance(source, TraceSource):

@@ -8,6 +8,7 @@ import attrs
 
 from servesim.compiler.model.parsed import ParsedConfig
 from servesim.payload import KvTransferArgs, RoleArgs, SlaArgs
+from servesim.workloads.spec import WorkloadSpec
 
 Origin = Literal["authored", "defaulted", "derived"]
 
@@ -33,7 +34,7 @@ class ResolvedConfig:
     engine: str
     mode: Literal["aggregated", "disaggregated"]
     roles: dict[str, RoleArgs]
-    workload: dict[str, Any]
+    workload: WorkloadSpec
     kv_transfer: KvTransferArgs | None = None
     sla: SlaArgs | None = None
     provenance: dict[str, Provenance] = attrs.field(factory=dict)

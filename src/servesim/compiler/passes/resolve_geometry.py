@@ -53,12 +53,15 @@ from servesim.payload import (
     StateCacheArgs,
     TimingArgs,
 )
+from servesim.workloads import spec
+from servesim.workloads.spec import WorkloadSpec
 
 T = TypeVar("T")
 
 DEFAULT_BLOCK_SIZE = {"vllm": 64, "sglang": 1, "trtllm": 32}
 DEFAULT_MEMORY_FRACTION = {"vllm": 0.9, "sglang": 0.88, "trtllm": 0.9}
 INFERRED_STATE_DEFAULT_BLOCK = 64
+DEFAULT_STOP_COUNT = 100  # requests or sessions of a synthetic source that names no stop
 
 
 class _Recorder:
@@ -523,77 +526,93 @@ def _kv_transfer(rec: _Recorder, e: Engine, roles: dict[str, RoleArgs]) -> KvTra
                           timing_mode=mode, state_bytes=state_bytes)
 
 
-def _workload(rec: _Recorder, t: Traffic | None, base_dir: PathLike | None) -> dict[str, Any]:
+def _workload(rec: _Recorder, t: Traffic | None, base_dir: PathLike | None) -> WorkloadSpec:
     """The resolved traffic: source, load and stop with every default applied."""
     t = t or Traffic()
-    src, load, stop = t.source or Source(), t.load or Load(), t.stop or Stop()
+    source = _source(rec, t.source or Source(), base_dir)
+    load, unit = _load(rec, t.load or Load(), source.type)
+    return WorkloadSpec(source, load, _stop(rec, t.stop or Stop(), source.type, unit))
+
+
+def _source(rec: _Recorder, src: Source, base_dir: PathLike | None) -> spec.Source:
     sp: Path = ("traffic", "source")
-    lp: Path = ("traffic", "load")
     stype = rec.pick((*sp, "type"), src.type, "synthetic")
-    source: dict[str, Any] = {"type": stype}
+
+    def pick(key: str, authored: Any, cls: type) -> Any:
+        return rec.pick((*sp, key), authored, spec.default_of(cls, key))
+
     if stype == "synthetic":
-        source["input_tokens"] = rec.pick((*sp, "input_tokens"), src.input_tokens, 1024)
-        source["output_tokens"] = rec.pick((*sp, "output_tokens"), src.output_tokens, 128)
+        ratio = None
         if src.output_range_ratio is not None:  # written only when authored: 0 spreads nothing
-            source["output_range_ratio"] = rec.pick((*sp, "output_range_ratio"),
-                                                    float(src.output_range_ratio), 0.0)
-        source["cached_prefix_tokens"] = rec.pick((*sp, "cached_prefix_tokens"),
-                                                  src.cached_prefix_tokens, 0)
-    elif stype == "synthetic-session":
-        s = src.session or Session()
-        source["new_input_tokens_per_turn"] = rec.pick(
-            (*sp, "new_input_tokens_per_turn"), src.new_input_tokens_per_turn, 1024)
-        source["output_tokens_per_turn"] = rec.pick(
-            (*sp, "output_tokens_per_turn"), src.output_tokens_per_turn, 128)
-        source["turns"] = rec.pick((*sp, "turns"), s.turns, 4)
-        source["shared_prefix_ratio"] = float(rec.pick((*sp, "shared_prefix_ratio"),
-                                                       s.shared_prefix_ratio, 0.0))
-        source["prefix_groups"] = rec.pick((*sp, "prefix_groups"), s.prefix_groups, 0)
-        source["inter_turn_delay_ms"] = float(rec.pick((*sp, "inter_turn_delay_ms"),
-                                                       s.inter_turn_delay_ms, 0.0))
+            ratio = float(rec.pick((*sp, "output_range_ratio"), src.output_range_ratio, 0.0))
+        return spec.SyntheticSource(
+            input_tokens=pick("input_tokens", src.input_tokens, spec.SyntheticSource),
+            output_tokens=pick("output_tokens", src.output_tokens, spec.SyntheticSource),
+            output_range_ratio=ratio,
+            cached_prefix_tokens=pick("cached_prefix_tokens", src.cached_prefix_tokens,
+                                      spec.SyntheticSource))
+    if stype == "synthetic-session":
+        s, cls = src.session or Session(), spec.SessionSource
+        return cls(
+            new_input_tokens_per_turn=pick("new_input_tokens_per_turn",
+                                           src.new_input_tokens_per_turn, cls),
+            output_tokens_per_turn=pick("output_tokens_per_turn", src.output_tokens_per_turn,
+                                        cls),
+            turns=pick("turns", s.turns, cls),
+            shared_prefix_ratio=float(pick("shared_prefix_ratio", s.shared_prefix_ratio, cls)),
+            prefix_groups=pick("prefix_groups", s.prefix_groups, cls),
+            inter_turn_delay_ms=float(pick("inter_turn_delay_ms", s.inter_turn_delay_ms, cls)))
+    assert src.paths is not None
+    trace = PathLike(src.paths[0])
+    if base_dir is not None and not trace.is_absolute():
+        trace = base_dir / trace
+        rec.note((*sp, "path"), "derived", f"{src.paths[0]} relative to the config's folder")
     else:
-        assert src.paths is not None
-        trace = PathLike(src.paths[0])
-        if base_dir is not None and not trace.is_absolute():
-            trace = base_dir / trace
-            rec.note((*sp, "path"), "derived", f"{src.paths[0]} relative to the config's folder")
-        else:
-            rec.note((*sp, "path"), "authored")
-        source["path"] = str(trace)
-        source["format"] = rec.pick((*sp, "format"), src.format, "mooncake")
-        source["block_size"] = rec.pick((*sp, "block_size"), src.block_size, 512)
-    ltype = rec.pick((*lp, "type"), load.type, "concurrency")
-    resolved_load: dict[str, Any] = {"type": ltype}
-    unit: float = 1.0
+        rec.note((*sp, "path"), "authored")
+    return spec.TraceSource(path=str(trace),
+                            format=pick("format", src.format, spec.TraceSource),
+                            block_size=pick("block_size", src.block_size, spec.TraceSource))
+
+
+def _load(rec: _Recorder, load: Load, stype: str) -> tuple[spec.Load, float]:
+    """The resolved load, and its load unit (concurrency or rate) for relative stops."""
+    lp: Path = ("traffic", "load")
+    ltype: Any = rec.pick((*lp, "type"), load.type, "concurrency")
     if ltype == "concurrency":
-        unit = resolved_load["concurrency"] = rec.pick((*lp, "concurrency"), load.concurrency,
-                                                       10)
-    elif ltype in ("poisson", "constant_rate"):
+        concurrency = rec.pick((*lp, "concurrency"), load.concurrency,
+                               spec.default_of(spec.ConcurrencyLoad, "concurrency"))
+        return spec.ConcurrencyLoad(concurrency=concurrency), concurrency
+    if ltype in ("poisson", "constant_rate"):
         key = "sessions_per_second" if stype == "synthetic-session" else "requests_per_second"
-        unit = resolved_load[key] = rec.pick((*lp, key), getattr(load, key), 1.0)
+        rate = rec.pick((*lp, key), getattr(load, key), 1.0)
+        seed = None
         if ltype == "poisson":
-            resolved_load["seed"] = rec.pick((*lp, "seed"), load.seed, 42)
-    else:
-        resolved_load["speedup"] = rec.pick((*lp, "speedup"), load.speedup, 1.0)
-    resolved_stop: dict[str, Any] = {}
+            seed = rec.pick((*lp, "seed"), load.seed, spec.DEFAULT_POISSON_SEED)
+        return spec.RateLoad(type=ltype, seed=seed, **{key: rate}), rate
+    speedup = rec.pick((*lp, "speedup"), load.speedup,
+                       spec.default_of(spec.TimestampLoad, "speedup"))
+    return spec.TimestampLoad(speedup=speedup), 1.0
+
+
+def _stop(rec: _Recorder, stop: Stop, stype: str, unit: float) -> spec.Stop:
     stp: Path = ("traffic", "stop")
     if stype == "trace":
         for key in ("requests", "max_virtual_time_seconds"):  # the first rows, or a time
             if getattr(stop, key) is not None:
-                resolved_stop[key] = getattr(stop, key)
                 rec.note((*stp, key), "authored")
+        return spec.Stop(requests=stop.requests,
+                         max_virtual_time_seconds=stop.max_virtual_time_seconds)
+    count_key = "sessions" if stype == "synthetic-session" else "requests"
+    absolute, relative = getattr(stop, count_key), getattr(stop, f"{count_key}_per_load_unit")
+    if relative is not None and absolute is None:
+        # round, not ceil: 0.07 x 100 is 7.000000000000001 in floating point
+        count = max(1, round(relative * unit))
+        if count > limits.COUNT:
+            rec.fail((*stp, f"{count_key}_per_load_unit"), "stop-over-limit",
+                     f"{relative:g} x the load unit {unit:g} is {count} {count_key}, more "
+                     f"than {limits.COUNT}", f"lower {count_key}_per_load_unit")
+        rec.note((*stp, count_key), "derived",
+                 f"max(1, round({relative} x {unit})) ({count_key}_per_load_unit x load unit)")
     else:
-        count_key = "sessions" if stype == "synthetic-session" else "requests"
-        absolute, relative = getattr(stop, count_key), getattr(stop, f"{count_key}_per_load_unit")
-        if relative is not None and absolute is None:
-            # round, not ceil: 0.07 x 100 is 7.000000000000001 in floating point
-            resolved_stop[count_key] = derived = max(1, round(relative * unit))
-            if derived > limits.COUNT:
-                rec.fail((*stp, f"{count_key}_per_load_unit"), "stop-over-limit",
-                         f"{relative:g} x the load unit {unit:g} is {derived} {count_key}, more "
-                         f"than {limits.COUNT}", f"lower {count_key}_per_load_unit")
-            rec.note((*stp, count_key), "derived",
-                     f"max(1, round({relative} x {unit})) ({count_key}_per_load_unit x load unit)")
-        else:
-            resolved_stop[count_key] = rec.pick((*stp, count_key), absolute, 100)
-    return {"source": source, "load": resolved_load, "stop": resolved_stop}
+        count = rec.pick((*stp, count_key), absolute, DEFAULT_STOP_COUNT)
+    return spec.Stop(**{count_key: count})
