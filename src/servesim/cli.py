@@ -25,7 +25,6 @@ from typing import Any
 import cattrs
 from rich.console import Console
 
-from servesim import __version__
 from servesim.compiler import STAGES, compile_source
 from servesim.compiler.model.resolved import ResolvedConfig, ValidatedConfig
 from servesim.compiler.source import SourceText, read_input
@@ -42,6 +41,7 @@ from servesim.payload import (
 )
 from servesim.plugins.manager import PLUGIN_FAULTS, EngineRegistry, get_plugin_manager
 from servesim.render import shown
+from servesim.version import __version__
 from servesim.workloads.spec import workload_to_data
 
 EXIT_OK, EXIT_INPUT, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130

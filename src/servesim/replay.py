@@ -19,7 +19,6 @@ from typing import Any
 
 import attrs
 
-from servesim import __version__
 from servesim.engines.kernel.metrics import MetricsCollector, request_record_json
 from servesim.engines.kernel.requests import RequestRecord
 from servesim.errors import Diagnostic, PayloadError, ServesimError
@@ -30,6 +29,7 @@ from servesim.plugins.manager import EngineRegistry
 from servesim.rules import prompt_over_budget
 from servesim.timing.measured import measured_notes
 from servesim.timing.registry import make_timer, use_providers
+from servesim.version import __version__
 from servesim.workloads import (
     build_workload,
     resolve_trace_path,

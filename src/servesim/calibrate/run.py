@@ -25,7 +25,6 @@ from typing import Any
 
 import attrs
 
-from servesim import __version__
 from servesim.calibrate.fit import (
     FitResult,
     Latencies,
@@ -41,6 +40,7 @@ from servesim.errors import Diagnostic, ServesimError
 from servesim.payload import Payload
 from servesim.plugins.manager import EngineRegistry
 from servesim.timing.calibration import calibration_document
+from servesim.version import __version__
 from servesim.workloads.driver import (
     ClosedLoop,
     OpenLoop,

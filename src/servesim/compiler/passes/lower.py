@@ -10,12 +10,11 @@ The engine is looked up in the plugin registry, so the compiler names no engine 
 
 from __future__ import annotations
 
-from servesim import __version__
 from servesim.compiler.context import CompileContext
 from servesim.compiler.model.resolved import ValidatedConfig
-from servesim.errors import CompileError, Diagnostic
+from servesim.errors import CompileError, Diagnostic, plugin_bug
 from servesim.payload import Payload
-from servesim.plugins.manager import plugin_bug
+from servesim.version import __version__
 
 
 def lower(cfg: ValidatedConfig, ctx: CompileContext) -> Payload:

@@ -29,7 +29,7 @@ from servesim.compiler.model.parsed import (
     Traffic,
     Worker,
 )
-from servesim.compiler.plugin_sections import check_plugin_sections, registry_of
+from servesim.compiler.plugin_sections import check_plugin_sections
 from servesim.compiler.source import SourceText, load_toml
 from servesim.converter import check_limits, make_converter, structure
 from servesim.errors import CompileError, Diagnostic, Path
@@ -44,7 +44,7 @@ def parse(source: SourceText, ctx: CompileContext) -> ParsedConfig:
     if cfg is None:
         raise CompileError([_staged(d) for d in diags])
     diags = check_limits(cfg) + list(check_shape(cfg)) \
-        + check_plugin_sections(cfg, registry_of(ctx))
+        + check_plugin_sections(cfg, ctx.registry)
     if diags:
         raise CompileError([_staged(d) for d in diags])
     return cfg
