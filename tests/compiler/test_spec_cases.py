@@ -61,8 +61,8 @@ def role(payload: Payload, name: str = "aggregated") -> RoleArgs:
 
 def test_case_01_fully_defaulted_aggregated_worker() -> None:
     resolved = resolve(QWEN + AGG)
-    assert resolved.mode == "aggregated"
-    r = resolved.roles["aggregated"]
+    assert resolved.payload.mode == "aggregated"
+    r = resolved.payload.roles["aggregated"]
     assert (r.backend, r.block_size, r.prefix_caching) == ("vllm", 64, True)
     assert (r.max_batched_tokens, r.max_sequences) == (8192, 256)
     assert (r.replicas, r.tensor, r.pipeline, r.attention_data) == (1, 1, 1, 1)
@@ -122,7 +122,7 @@ def test_case_03_backend_block_size_and_memory_fraction(backend: str, block_size
                                                         fraction: float) -> None:
     text = QWEN + f'backend = "{backend}"\n' + AGG
     resolved = resolve(text)
-    assert resolved.roles["aggregated"].block_size == block_size
+    assert resolved.payload.roles["aggregated"].block_size == block_size
     prov = resolved.provenance["engine.workers.aggregated.kv_cache.capacity.memory_fraction"]
     assert prov.formula == f"{backend} default"
     explicit = text + f"kv_cache = {{ block_size = {block_size}, capacity = {{ " \

@@ -240,3 +240,15 @@ class ParsedConfig:
     engine: Engine
     traffic: Traffic | None = None
     evaluation: Evaluation | None = None
+
+    def to_data(self) -> dict[str, Any]:
+        """JSON-ready form, unauthored (``None``) values dropped."""
+        import cattrs
+
+        return _drop_none(cattrs.Converter().unstructure(self))
+
+
+def _drop_none(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _drop_none(v) for k, v in value.items() if v is not None}
+    return value

@@ -46,6 +46,7 @@ from servesim.errors import CompileError, Diagnostic, Path, format_path
 from servesim.payload import (
     CalibrationArgs,
     KvTransferArgs,
+    Payload,
     Placement,
     RoleArgs,
     SlaArgs,
@@ -53,6 +54,7 @@ from servesim.payload import (
     StateCacheArgs,
     TimingArgs,
 )
+from servesim.version import __version__
 from servesim.workloads import spec
 from servesim.workloads.spec import WorkloadSpec
 
@@ -137,9 +139,21 @@ def resolve_geometry(cfg: ParsedConfig, ctx: CompileContext) -> ResolvedConfig:
         sla = SlaArgs(ttft_ms=s.ttft_ms, itl_ms=s.itl_ms, e2e_ms=s.e2e_ms)
     if rec.diagnostics:
         raise CompileError(rec.diagnostics)
-    return ResolvedConfig(parsed=cfg, engine=engine, engine_options=engine_options,
-                          mode=mode, roles=roles, workload=workload, kv_transfer=kv_transfer,
-                          sla=sla, provenance=rec.provenance, metadata=metadata)
+    payload = Payload(engine=engine, mode=mode, roles=roles, workload=workload,
+                      kv_transfer=kv_transfer, sla=sla, provenance=_summary(metadata),
+                      engine_options=engine_options, servesim_version=__version__)
+    return ResolvedConfig(parsed=cfg, payload=payload, provenance=rec.provenance,
+                          metadata=metadata)
+
+
+def _summary(metadata: dict[str, Any]) -> dict[str, Any]:
+    """The payload's provenance: each role's state-cache and capacity sizing."""
+    return {
+        "state_cache": {name: meta.get("state_cache", {"source": "disabled"})
+                        for name, meta in metadata.items()},
+        "capacity": {name: meta["capacity"] for name, meta in metadata.items()
+                     if "capacity" in meta},
+    }
 
 
 def _load_model(name: str, base_dir: PathLike | None) -> catalog.ModelInfo:
