@@ -195,14 +195,16 @@ def payload_to_dict(payload: Payload) -> dict[str, Any]:
 
     conv = cattrs.Converter()
     data: dict[str, Any] = conv.unstructure(payload)
-    data["roles"] = {name: _drop_none(role) for name, role in data["roles"].items()}
+    data["roles"] = {name: drop_none(role) for name, role in data["roles"].items()}
     data["workload"] = workload_to_data(payload.workload)
     return data
 
 
-def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
-    return {k: (_drop_none(v) if isinstance(v, dict) else v) for k, v in d.items()
-            if v is not None}
+def drop_none(value: Any) -> Any:
+    """``value`` with ``None`` entries dropped from every dict in it (unset optional keys)."""
+    if isinstance(value, dict):
+        return {k: drop_none(v) for k, v in value.items() if v is not None}
+    return value
 
 
 def dump_payload(payload: Payload, *, relative_to: str | None = None) -> str:

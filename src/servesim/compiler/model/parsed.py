@@ -245,10 +245,7 @@ class ParsedConfig:
         """JSON-ready form, unauthored (``None``) values dropped."""
         import cattrs
 
-        return _drop_none(cattrs.Converter().unstructure(self))
+        from servesim.payload import drop_none
 
-
-def _drop_none(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _drop_none(v) for k, v in value.items() if v is not None}
-    return value
+        data: dict[str, Any] = drop_none(cattrs.Converter().unstructure(self))
+        return data

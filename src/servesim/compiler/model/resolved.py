@@ -8,7 +8,7 @@ import attrs
 import cattrs
 
 from servesim.compiler.model.parsed import ParsedConfig
-from servesim.payload import Payload, payload_to_dict
+from servesim.payload import Payload, drop_none, payload_to_dict
 
 Origin = Literal["authored", "defaulted", "derived"]
 
@@ -46,7 +46,7 @@ class ResolvedConfig:
             **({"engine_options": data["engine_options"]} if data["engine_options"] else {}),
             "roles": data["roles"], "kv_transfer": data["kv_transfer"],
             "workload": data["workload"], "sla": data["sla"],
-            "provenance": {k: _drop_none(conv.unstructure(v))
+            "provenance": {k: drop_none(conv.unstructure(v))
                            for k, v in sorted(self.provenance.items())},
             "metadata": self.metadata,
         }
@@ -60,9 +60,3 @@ class ValidatedConfig:
 
     def to_data(self) -> dict[str, Any]:
         return self.resolved.to_data()
-
-
-def _drop_none(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _drop_none(v) for k, v in value.items() if v is not None}
-    return value
