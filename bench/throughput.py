@@ -96,9 +96,9 @@ def replay(run: Run, max_batch: int = 0) -> float | str:
         role = attrs.evolve(role, max_sequences=min(role.max_sequences, max_batch))
     records: list[RequestRecord] = []
     # every request at once (a closed loop as wide as the run), exactly OSL tokens each
-    source = {k: v for k, v in s.payload.workload["source"].items()
-              if k != "output_range_ratio"}
-    with build_workload({**s.payload.workload, "source": source}) as load:
+    workload = s.payload.workload
+    source = attrs.evolve(workload.source, output_range_ratio=None)
+    with build_workload(attrs.evolve(workload, source=source)) as load:
         AggregatedReplay(role, AnalyticalTimer(s.geometry, load_constants()), load,
                          records.append, None).run()
     done = [r for r in records if r.status == "completed" and r.token_times]

@@ -278,6 +278,10 @@ PAYLOAD_SKELETONS: dict[tuple[str, ...], dict[str, Any]] = {
 def payload_limit_cases() -> Iterator[tuple[str, dict[str, Any], Limit, Any]]:
     place = {RoleArgs: ("roles", "aggregated")}
     for limit in _limits(Payload, (), place):
+        if limit.path[0] == "workload":
+            # the traffic table's bounds, run by the config cases; a payload at the limit
+            # (2^31 requests) would replay for ever
+            continue
         for v in _variants(limit):
             doc = copy.deepcopy(PAYLOAD_BASE)
             for prefix, skeleton in PAYLOAD_SKELETONS.items():

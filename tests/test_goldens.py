@@ -21,7 +21,6 @@ from typing import Any
 import jsonschema
 import pytest
 
-from servesim.cli import stage_to_data
 from servesim.compiler import compile_file, compile_source
 from servesim.compiler.source import SourceText
 from servesim.errors import CompileError
@@ -116,7 +115,7 @@ def test_pass_golden(case: Path, golden: Any) -> None:
         _no_machine_paths(text)
         golden.check(case.with_suffix(".txt"), text)
         return
-    data = _relative_trace(stage_to_data(artifact), case.parent)
+    data = _relative_trace(artifact.to_data(), case.parent)
     text = json.dumps(data, indent=2, sort_keys=True) + "\n"
     other = case.with_suffix(".txt")
     assert not other.exists(), f"{other.name} is stale: the case now passes"

@@ -22,10 +22,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import cattrs
 from rich.console import Console
 
-from servesim import __version__
 from servesim.compiler import STAGES, compile_source
 from servesim.compiler.model.resolved import ResolvedConfig, ValidatedConfig
 from servesim.compiler.source import SourceText, read_input
@@ -38,10 +36,10 @@ from servesim.payload import (
     files_named,
     load_payload,
     payload_files,
-    payload_to_dict,
 )
 from servesim.plugins.manager import PLUGIN_FAULTS, EngineRegistry, get_plugin_manager
 from servesim.render import shown
+from servesim.version import __version__
 
 EXIT_OK, EXIT_INPUT, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 MAX_TIMEOUT_S = 1e7  # (past the timer's range; 115 days)
@@ -221,7 +219,7 @@ def _compile(args: argparse.Namespace, registry: EngineRegistry, out: Console,
     _not_an_input({"-o": args.output}, [args.config])
     source = config_source(args.config, args.set)
     artifact = compile_source(source, registry=registry, stop_after=args.stop_after)
-    data = stage_to_data(artifact)  # the trace, tables and models it names, once resolved
+    data = artifact.to_data()  # the trace, tables and models it names, once resolved
     _not_an_input({"-o": args.output}, [args.config, *files_named(data)])
     if isinstance(artifact, Payload):
         relative_to = str(output.resolve().parent) if output else os.getcwd()
@@ -247,34 +245,6 @@ def _compile(args: argparse.Namespace, registry: EngineRegistry, out: Console,
     return EXIT_OK
 
 
-def stage_to_data(artifact: Any) -> Any:
-    """JSON-ready form of any stage's artifact (``None`` fields dropped)."""
-    if isinstance(artifact, ValidatedConfig):
-        artifact = artifact.resolved
-    if isinstance(artifact, ResolvedConfig):
-        conv = cattrs.Converter()
-        return {
-            "engine": artifact.engine, "mode": artifact.mode,
-            # a plugin engine's [engine.options], defaults applied (absent when it has none)
-            **({"engine_options": artifact.engine_options} if artifact.engine_options else {}),
-            "roles": {k: _drop_none(conv.unstructure(v)) for k, v in artifact.roles.items()},
-            "kv_transfer": conv.unstructure(artifact.kv_transfer),
-            "workload": artifact.workload, "sla": conv.unstructure(artifact.sla),
-            "provenance": {k: _drop_none(conv.unstructure(v))
-                           for k, v in sorted(artifact.provenance.items())},
-            "metadata": artifact.metadata,
-        }
-    if isinstance(artifact, Payload):
-        return payload_to_dict(artifact)
-    return _drop_none(cattrs.Converter().unstructure(artifact))
-
-
-def _drop_none(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _drop_none(v) for k, v in value.items() if v is not None}
-    return value
-
-
 def _validate(args: argparse.Namespace, registry: EngineRegistry, out: Console,
               err: Console) -> int:
     from servesim.replay import check_input_files
@@ -294,7 +264,7 @@ def _inspect(args: argparse.Namespace, registry: EngineRegistry, out: Console,
     resolved = compile_source(config_source(args.config, args.set), registry=registry,
                               stop_after="validate").resolved
     if args.format == "json":
-        out.file.write(json.dumps(stage_to_data(resolved), indent=2, sort_keys=True) + "\n")
+        out.file.write(json.dumps(resolved.to_data(), indent=2, sort_keys=True) + "\n")
     else:
         from servesim.render import resolved_tree
 

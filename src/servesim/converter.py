@@ -204,7 +204,37 @@ def make_converter() -> cattrs.Converter:
         return hook
 
     conv.register_structure_hook_factory(attrs.has, attrs_hook_factory)
+    conv.register_structure_hook_func(_is_tagged_union, _structure_tagged_union(conv))
     return conv
+
+
+def _tags(cls: Any) -> tuple[Any, ...]:
+    """The ``type`` values an attrs class of a tagged union answers to."""
+    return get_args(typing.get_type_hints(cls).get("type"))
+
+
+def _is_tagged_union(tp: Any) -> bool:
+    """A union of attrs classes told apart by a ``type`` key (a workload's source, load)."""
+    if not _is_union(tp):
+        return False
+    members = _union_members(tp)
+    return len(members) > 1 and all(attrs.has(m) and _tags(m) for m in members)
+
+
+def _structure_tagged_union(conv: cattrs.Converter) -> Callable[[Any, Any], Any]:
+    def hook(value: Any, tp: Any) -> Any:
+        if not isinstance(value, dict):
+            raise _TypeMismatch(f"expected a table, got {_describe(value)}")
+        members = {tag: m for m in _union_members(tp) for tag in _tags(m)}
+        tag = value.get("type", next(iter(members)))  # absent: the first member's
+        if not isinstance(tag, str) or tag not in members:
+            exc = _TypeMismatch(f"expected one of {_choices(tuple(members))}, got "
+                                f"{_describe(tag)}", "bad-choice")
+            exc.__notes__ = [AttributeValidationNote("@ key type", "type", str)]
+            raise ClassValidationError(f"While structuring {tp}", [exc], dict)
+        return conv.structure(value, members[tag])
+
+    return hook
 
 
 def _edit_distance(a: str, b: str) -> int:

@@ -12,7 +12,7 @@ identifier that scripts may match on.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Literal
+from typing import Literal, Protocol
 
 import attrs
 
@@ -79,6 +79,23 @@ class WorkloadError(ServesimError):
 
 class ReplayError(ServesimError):
     """A replay cannot proceed (e.g. a request that can never be scheduled)."""
+
+
+class PluginError(ServesimError):
+    """A plugin is broken (raised in a hook, registered a duplicate name, ...)."""
+
+
+class _Labelled(Protocol):
+    def label(self) -> str: ...
+
+
+def plugin_bug(source: _Labelled, message: str, where: str = "") -> PluginError:
+    """The error reported when plugin code misbehaves (``source``: the plugin, as
+    :class:`servesim.plugins.manager.PluginSource` names it; ``where``: its file and line)."""
+    return PluginError([Diagnostic(
+        code="plugin-error", location=f"plugin {source.label()}", message=message,
+        hint=f"this is a bug in the plugin{where}, not in servesim or your input; report it "
+        "to the plugin's authors")])
 
 
 def error(code: str, message: str, path: Sequence[str | int] = (), **kw: str | None) -> Diagnostic:

@@ -9,6 +9,7 @@ finite (a billion replicas is a typo, not a deployment).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -37,6 +38,8 @@ CALIBRATION_MS = 1e6  # a fitted fixed time (per pass, per request)
 
 
 def bounded(lo: float | None = None, hi: float | None = None, *, lo_open: bool = False,
-            default: Any = None) -> Any:
-    """An attrs field with numeric bounds (``lo_open``: the lower bound is exclusive)."""
-    return attrs.field(default=default, metadata={"lo": lo, "hi": hi, "lo_open": lo_open})
+            default: Any = None, metadata: Mapping[str, Any] | None = None) -> Any:
+    """An attrs field with numeric bounds (``lo_open``: the lower bound is exclusive) and
+    any other ``metadata``."""
+    return attrs.field(default=default, metadata={**(metadata or {}), "lo": lo, "hi": hi,
+                                                  "lo_open": lo_open})

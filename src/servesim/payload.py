@@ -12,12 +12,14 @@ Engines refuse a payload whose ``schema_version`` they do not know.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import attrs
 
 from servesim import limits as L
 from servesim.limits import bounded
+from servesim.workloads.spec import WorkloadSpec, located, workload_to_data
 
 SCHEMA_VERSION = 1
 
@@ -85,6 +87,19 @@ class StateCacheArgs:
     raw_bytes_per_request: int | None = None
 
 
+# Where a RoleArgs field lives in the config, under ``engine.workers.<role>``: its section
+# (``config_section``) and, where it differs from the field's name, its key (``config_key``).
+# The payload keeps every role field flat; the config nests them by section.
+PARALLELISM = {"config_section": "parallelism"}
+SCHEDULER = {"config_section": "scheduler"}
+KV_CACHE = {"config_section": "kv_cache"}
+
+
+def _in(section: Mapping[str, str], default: Any = None) -> Any:
+    """An unbounded field of a config section."""
+    return attrs.field(default=default, metadata=section)
+
+
 @attrs.frozen
 class RoleArgs:
     """Fully resolved engine arguments of one worker role."""
@@ -93,36 +108,37 @@ class RoleArgs:
     backend: str
     model: str
     hardware: str
-    # parallelism
-    replicas: int = bounded(1, L.REPLICAS, default=1)
-    tensor: int = bounded(1, L.PARALLEL, default=1)
-    pipeline: int = bounded(1, L.PARALLEL, default=1)
-    attention_data: int = bounded(1, L.PARALLEL, default=1)
-    moe_tensor: int = bounded(1, L.PARALLEL, default=1)
-    moe_expert: int = bounded(1, L.PARALLEL, default=1)
-    # scheduler
-    max_batched_tokens: int = bounded(1, L.SCHEDULER, default=8192)
-    max_sequences: int = bounded(1, L.SCHEDULER, default=256)
-    prefill_schedule_interval: int = bounded(1, L.SCHEDULER, default=1)
-    prefill_decode_interval: int = bounded(0, L.SCHEDULER, default=0)
+    replicas: int = bounded(1, L.REPLICAS, default=1, metadata=PARALLELISM)
+    tensor: int = bounded(1, L.PARALLEL, default=1, metadata=PARALLELISM)
+    pipeline: int = bounded(1, L.PARALLEL, default=1, metadata=PARALLELISM)
+    attention_data: int = bounded(1, L.PARALLEL, default=1, metadata=PARALLELISM)
+    moe_tensor: int = bounded(1, L.PARALLEL, default=1, metadata=PARALLELISM)
+    moe_expert: int = bounded(1, L.PARALLEL, default=1, metadata=PARALLELISM)
+    max_batched_tokens: int = bounded(1, L.SCHEDULER, default=8192, metadata=SCHEDULER)
+    max_sequences: int = bounded(1, L.SCHEDULER, default=256, metadata=SCHEDULER)
+    prefill_schedule_interval: int = bounded(1, L.SCHEDULER, default=1, metadata=SCHEDULER)
+    prefill_decode_interval: int = bounded(0, L.SCHEDULER, default=0, metadata=SCHEDULER)
     # TensorRT-LLM attention_dp_config: enable_balance, timeout_iters, batching_wait_iters
-    attention_dp_balance: bool = False
-    attention_dp_timeout_iters: int = bounded(0, L.SCHEDULER, default=50)
-    attention_dp_batching_wait_iters: int = bounded(0, L.SCHEDULER, default=10)
-    attention_dp_placement: Placement = "round_robin"
+    attention_dp_balance: bool = _in(SCHEDULER, False)
+    attention_dp_timeout_iters: int = bounded(0, L.SCHEDULER, default=50, metadata=SCHEDULER)
+    attention_dp_batching_wait_iters: int = bounded(0, L.SCHEDULER, default=10,
+                                                    metadata=SCHEDULER)
+    attention_dp_placement: Placement = _in(SCHEDULER, "round_robin")
     enable_chunked_prefill: bool = True
     preemption_mode: Literal["lifo", "fifo"] = "lifo"
     # KV cache (per attention-DP rank, per TP shard)
-    block_size: int = bounded(1, L.BLOCK_SIZE, default=64)
-    prefix_caching: bool = True
-    kv_bytes_per_token: int = bounded(1, L.BYTES_PER_TOKEN, default=1)
-    num_gpu_blocks: int = bounded(1, L.BLOCKS, default=16384)
+    block_size: int = bounded(1, L.BLOCK_SIZE, default=64, metadata=KV_CACHE)
+    prefix_caching: bool = _in(KV_CACHE, True)
+    kv_bytes_per_token: int = bounded(1, L.BYTES_PER_TOKEN, default=1,
+                                      metadata={**KV_CACHE, "config_key": "bytes_per_token"})
+    num_gpu_blocks: int = bounded(1, L.BLOCKS, default=16384, metadata=KV_CACHE)
     max_model_len: int | None = bounded(1, L.CONTEXT)
-    prefix_match_unit: int | None = bounded(1, L.BLOCK_SIZE)
-    state_cache: StateCacheArgs | None = None
-    # timing and decoding
+    prefix_match_unit: int | None = bounded(1, L.BLOCK_SIZE, metadata=KV_CACHE)
+    state_cache: StateCacheArgs | None = _in(KV_CACHE)
+    # timing and decoding (speculation is the engine's, shared by every role)
     timing: TimingArgs = attrs.field(factory=TimingArgs)
-    speculation: SpeculationArgs | None = None
+    speculation: SpeculationArgs | None = attrs.field(
+        default=None, metadata={"config_path": ("engine", "speculation")})
     startup_seconds: float = bounded(0, L.SECONDS, default=0.0)
 
     @property
@@ -158,7 +174,7 @@ class Payload:
     engine: str
     mode: Literal["aggregated", "disaggregated"]
     roles: dict[str, RoleArgs]
-    workload: dict[str, Any]
+    workload: WorkloadSpec
     kv_transfer: KvTransferArgs | None = None
     sla: SlaArgs | None = None
     provenance: dict[str, Any] = attrs.field(factory=dict)
@@ -168,6 +184,10 @@ class Payload:
     schema_version: int = SCHEMA_VERSION
     servesim_version: str = ""
 
+    def to_data(self) -> dict[str, Any]:
+        """JSON-ready form (see :func:`payload_to_dict`)."""
+        return payload_to_dict(self)
+
 
 def payload_to_dict(payload: Payload) -> dict[str, Any]:
     """JSON-ready form (``None`` fields dropped inside roles for readability)."""
@@ -175,13 +195,16 @@ def payload_to_dict(payload: Payload) -> dict[str, Any]:
 
     conv = cattrs.Converter()
     data: dict[str, Any] = conv.unstructure(payload)
-    data["roles"] = {name: _drop_none(role) for name, role in data["roles"].items()}
+    data["roles"] = {name: drop_none(role) for name, role in data["roles"].items()}
+    data["workload"] = workload_to_data(payload.workload)
     return data
 
 
-def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
-    return {k: (_drop_none(v) if isinstance(v, dict) else v) for k, v in d.items()
-            if v is not None}
+def drop_none(value: Any) -> Any:
+    """``value`` with ``None`` entries dropped from every dict in it (unset optional keys)."""
+    if isinstance(value, dict):
+        return {k: drop_none(v) for k, v in value.items() if v is not None}
+    return value
 
 
 def dump_payload(payload: Payload, *, relative_to: str | None = None) -> str:
@@ -282,28 +305,18 @@ def load_payload(data: Any, *, name: str = "payload") -> Payload:
     conv = make_converter()
     payload, diags = structure(conv, data, Payload)
     if payload is None:
-        raise PayloadError(diags)
+        raise PayloadError(located(diags))
     return payload
 
 
-# Where each RoleArgs field lives in the config, under ``engine.workers.<role>``.
-ROLE_FIELD_SECTIONS: dict[str, str] = {
-    **{k: "parallelism" for k in ("replicas", "tensor", "pipeline", "attention_data",
-                                  "moe_tensor", "moe_expert")},
-    **{k: "scheduler" for k in ("max_batched_tokens", "max_sequences",
-                                "prefill_schedule_interval", "prefill_decode_interval",
-                                "attention_dp_balance", "attention_dp_timeout_iters",
-                                "attention_dp_batching_wait_iters", "attention_dp_placement")},
-    **{k: "kv_cache" for k in ("block_size", "prefix_caching", "kv_bytes_per_token",
-                               "num_gpu_blocks", "prefix_match_unit", "state_cache")},
-}
-
-
 def role_field_path(role: str, field: str) -> tuple[str, ...]:
-    """Config key path of a RoleArgs field (``kv_bytes_per_token`` is ``bytes_per_token``)."""
-    if field == "speculation":
-        return ("engine", "speculation")
-    section = ROLE_FIELD_SECTIONS.get(field)
-    key = "bytes_per_token" if field == "kv_bytes_per_token" else field
+    """Config key path of a RoleArgs field, from the field's metadata
+    (``kv_bytes_per_token`` is ``engine.workers.<role>.kv_cache.bytes_per_token``)."""
+    f = attrs.fields_dict(RoleArgs).get(field)
+    meta: Mapping[str, Any] = f.metadata if f is not None else {}
+    if "config_path" in meta:
+        return tuple(meta["config_path"])
+    key = meta.get("config_key", field)
+    section = meta.get("config_section")
     base = ("engine", "workers", role)
     return (*base, section, key) if section else (*base, key)

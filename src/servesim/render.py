@@ -17,6 +17,7 @@ from rich.tree import Tree
 from servesim.compiler.model.resolved import Provenance, ResolvedConfig
 from servesim.errors import Diagnostic, format_path
 from servesim.payload import RoleArgs, role_field_path
+from servesim.workloads.spec import workload_to_data
 
 REJECTED_WHY = ("prompt at or over the context length, or more tokens than a rank's KV cache "
                 "holds")
@@ -73,30 +74,30 @@ def _fmt(value: Any) -> str:
 
 def resolved_tree(cfg: ResolvedConfig) -> Tree:
     """Every resolved field, marked authored / defaulted / derived (with its formula)."""
-    prov = cfg.provenance
-    root = Tree(Text(f"engine  (mode {cfg.mode}, engine {cfg.engine})", style="bold"))
-    if cfg.engine_options:
+    prov, payload = cfg.provenance, cfg.payload
+    root = Tree(Text(f"engine  (mode {payload.mode}, engine {payload.engine})", style="bold"))
+    if payload.engine_options:
         node = root.add(Text("options", style="bold"))
-        for key, value in cfg.engine_options.items():
+        for key, value in payload.engine_options.items():
             _leaf(node, key, value, prov.get(f"engine.options.{key}"))
-    for name, role in cfg.roles.items():
+    for name, role in payload.roles.items():
         node = root.add(Text(f"workers.{name}", style="bold"))
         _role_tree(node, name, role, prov)
-    if cfg.kv_transfer is not None:
+    if payload.kv_transfer is not None:
         node = root.add(Text("kv_transfer", style="bold"))
-        for f in attrs.fields(type(cfg.kv_transfer)):
-            _leaf(node, f.name, getattr(cfg.kv_transfer, f.name),
+        for f in attrs.fields(type(payload.kv_transfer)):
+            _leaf(node, f.name, getattr(payload.kv_transfer, f.name),
                   prov.get(f"engine.kv_transfer.{f.name}"))
     traffic = root.add(Text("traffic", style="bold"))
-    for section, values in cfg.workload.items():
+    for section, values in workload_to_data(payload.workload).items():
         sub = traffic.add(Text(shown(section)))
         for key, value in values.items():
             _leaf(sub, key, value, prov.get(f"traffic.{section}.{key}"))
-    if cfg.sla is not None:
+    if payload.sla is not None:
         sla = root.add(Text("evaluation.sla", style="bold"))
-        for f in attrs.fields(type(cfg.sla)):
-            if getattr(cfg.sla, f.name) is not None:
-                _leaf(sla, f.name, getattr(cfg.sla, f.name), Provenance("authored"))
+        for f in attrs.fields(type(payload.sla)):
+            if getattr(payload.sla, f.name) is not None:
+                _leaf(sla, f.name, getattr(payload.sla, f.name), Provenance("authored"))
     return root
 
 

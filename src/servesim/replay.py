@@ -19,7 +19,6 @@ from typing import Any
 
 import attrs
 
-from servesim import __version__
 from servesim.backends import use_backends
 from servesim.engines.kernel.metrics import MetricsCollector, request_record_json
 from servesim.engines.kernel.requests import RequestRecord
@@ -31,6 +30,7 @@ from servesim.plugins.manager import EngineRegistry
 from servesim.rules import prompt_over_budget
 from servesim.timing.measured import measured_notes
 from servesim.timing.registry import make_timer, use_providers
+from servesim.version import __version__
 from servesim.workloads import (
     build_workload,
     resolve_trace_path,
@@ -46,7 +46,7 @@ from servesim.workloads.spec import (
     SyntheticSource,
     TimestampLoad,
     TraceSource,
-    parse_workload_spec,
+    load_workload,
 )
 
 
@@ -77,7 +77,7 @@ def check_input_files(payload: Payload, *, registry: EngineRegistry,
     table is read and checked; a role the measured kernel tables do not cover gives a
     warning)."""
     out: list[Diagnostic] = []
-    spec = parse_workload_spec(payload.workload, formats=tuple(registry.trace_formats))
+    spec = load_workload(payload.workload, formats=tuple(registry.trace_formats))
     source = spec.source
     first_prompt: int | None = None  # the first request's prompt: nothing of it is cached
     if isinstance(source, TraceSource):

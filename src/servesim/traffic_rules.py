@@ -1,7 +1,7 @@
 """Cross-field traffic rules over resolved workload values, shared by compiler and workloads.
 
 The parse pass runs :func:`check_traffic` on the ``traffic`` table it has just typed
-(absent keys take their defaults); :func:`servesim.workloads.parse_workload_spec` runs it
+(absent keys take their defaults); :func:`servesim.workloads.spec.check_workload` runs it
 on the workload dict of a payload (which may be written by hand, bypassing the compiler).
 Either way a rule reads the same, located at the config key that carries the value, e.g.
 ``traffic.source.cached_prefix_tokens: cached_prefix_tokens must be <= input_tokens (1024),

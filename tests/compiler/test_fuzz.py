@@ -23,7 +23,6 @@ from hypothesis import strategies as st
 from rich.console import Console
 
 from servesim import catalog
-from servesim.cli import stage_to_data
 from servesim.compiler import SourceText, compile_source
 from servesim.compiler.model.parsed import Engine, ParsedConfig, Traffic, Worker
 from servesim.compiler.model.resolved import ResolvedConfig
@@ -210,7 +209,7 @@ def check(text: str, base_dir: Path | None = None) -> None:
             assert isinstance(d.render(), str) and d.code and d.message
         payload = None
     for artifact in artifacts:
-        json.dumps(stage_to_data(artifact))
+        json.dumps(artifact.to_data())
         if isinstance(artifact, ResolvedConfig):
             Console(file=io.StringIO(), width=100).print(resolved_tree(artifact))
     if payload is not None:

@@ -20,6 +20,7 @@ from servesim.compiler.source import SourceText
 from servesim.errors import CompileError
 from servesim.payload import Payload, RoleArgs
 from servesim.plugins.manager import EngineRegistry, get_plugin_manager
+from servesim.workloads.spec import Stop
 
 REGISTRY = EngineRegistry.collect(get_plugin_manager(load_entrypoints=False))
 
@@ -60,8 +61,8 @@ def role(payload: Payload, name: str = "aggregated") -> RoleArgs:
 
 def test_case_01_fully_defaulted_aggregated_worker() -> None:
     resolved = resolve(QWEN + AGG)
-    assert resolved.mode == "aggregated"
-    r = resolved.roles["aggregated"]
+    assert resolved.payload.mode == "aggregated"
+    r = resolved.payload.roles["aggregated"]
     assert (r.backend, r.block_size, r.prefix_caching) == ("vllm", 64, True)
     assert (r.max_batched_tokens, r.max_sequences) == (8192, 256)
     assert (r.replicas, r.tensor, r.pipeline, r.attention_data) == (1, 1, 1, 1)
@@ -121,7 +122,7 @@ def test_case_03_backend_block_size_and_memory_fraction(backend: str, block_size
                                                         fraction: float) -> None:
     text = QWEN + f'backend = "{backend}"\n' + AGG
     resolved = resolve(text)
-    assert resolved.roles["aggregated"].block_size == block_size
+    assert resolved.payload.roles["aggregated"].block_size == block_size
     prov = resolved.provenance["engine.workers.aggregated.kv_cache.capacity.memory_fraction"]
     assert prov.formula == f"{backend} default"
     explicit = text + f"kv_cache = {{ block_size = {block_size}, capacity = {{ " \
@@ -780,7 +781,7 @@ def test_traffic_rules(traffic: str, expected: list[str]) -> None:
 def test_relative_stop_rounds(load: str, per_unit: float, count: int) -> None:
     payload = compile_ok(QWEN + AGG + f"[traffic.load]\n{load}\n"
                          f"[traffic.stop]\nrequests_per_load_unit = {per_unit}\n")
-    assert payload.workload["stop"] == {"requests": count}
+    assert payload.workload.stop == Stop(requests=count)
 
 
 def test_relative_paths_resolve_against_the_config_folder(tmp_path: Path) -> None:
@@ -788,8 +789,8 @@ def test_relative_paths_resolve_against_the_config_folder(tmp_path: Path) -> Non
         + TRACE + '[traffic.load]\ntype = "trace_timestamps"\n'
     payload = compile_text(text, base_dir=tmp_path, registry=REGISTRY)
     assert role(payload).timing.path == str(tmp_path / "t.csv")
-    assert payload.workload["source"]["path"] == str(tmp_path / "t.jsonl")
+    assert payload.workload.source.path == str(tmp_path / "t.jsonl")
     # without a folder (text compiled in memory) they stay as written
     payload = compile_ok(text)
     assert role(payload).timing.path == "t.csv"
-    assert payload.workload["source"]["path"] == "t.jsonl"
+    assert payload.workload.source.path == "t.jsonl"

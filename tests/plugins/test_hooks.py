@@ -264,7 +264,7 @@ def test_the_payload_keeps_the_options_and_is_checked_again(
 def test_inspect_marks_options_authored_or_defaulted(compile_toml: Callable[..., Any]) -> None:
     resolved = compile_toml(small_config(engine="echo", options={"tokens": 2}),
                             stop_after="resolve")
-    assert resolved.engine_options == {"delay_ms": 1.0, "tokens": 2}
+    assert resolved.payload.engine_options == {"delay_ms": 1.0, "tokens": 2}
     assert resolved.provenance["engine.options.tokens"].origin == "authored"
     assert resolved.provenance["engine.options.delay_ms"].origin == "defaulted"
     assert resolved.provenance["engine.engine"].origin == "authored"

@@ -16,6 +16,7 @@ from servesim.payload import (
     dump_payload,
     load_payload,
 )
+from servesim.workloads.spec import TimestampLoad, TraceSource, WorkloadSpec
 
 
 def test_trace_timing_and_model_paths_round_trip_through_a_payload_file(
@@ -25,8 +26,8 @@ def test_trace_timing_and_model_paths_round_trip_through_a_payload_file(
                     hardware="h",
                     timing=TimingArgs(type="table", path=str(data_dir / "steps.csv")))
     payload = Payload(engine="vllm", mode="aggregated", roles={"aggregated": role},
-                      workload={"source": {"type": "trace", "path": str(data_dir / "t.jsonl")},
-                                "load": {"type": "trace_timestamps"}, "stop": {}})
+                      workload=WorkloadSpec(TraceSource(path=str(data_dir / "t.jsonl")),
+                                            TimestampLoad()))
     out_dir = tmp_path / "out"
     data = json.loads(dump_payload(payload, relative_to=str(out_dir)))
     assert data["workload"]["source"]["path"] == "../data/t.jsonl"
@@ -35,7 +36,8 @@ def test_trace_timing_and_model_paths_round_trip_through_a_payload_file(
     anchor_paths(data, str(out_dir))
     loaded = load_payload(data)
     assert os.path.normpath(loaded.roles["aggregated"].model) == str(data_dir / "model")
-    assert os.path.normpath(loaded.workload["source"]["path"]) == str(data_dir / "t.jsonl")
+    assert isinstance(loaded.workload.source, TraceSource)
+    assert os.path.normpath(loaded.workload.source.path) == str(data_dir / "t.jsonl")
     assert os.path.normpath(loaded.roles["aggregated"].timing.path or "") == str(
         data_dir / "steps.csv")
     assert attrs.evolve(loaded.roles["aggregated"], timing=role.timing,
@@ -56,7 +58,7 @@ def test_a_payload_hashes_the_same_wherever_its_files_live(tmp_path: Path) -> No
                         hardware="h", timing=TimingArgs(type="table",
                                                         path=str(folder / "steps.csv")))
         return Payload(engine="vllm", mode="aggregated", roles={"aggregated": role},
-                       workload={"source": {"type": "synthetic"}, "load": {}, "stop": {}})
+                       workload=WorkloadSpec())
 
     here, there = (provenance(payload(tmp_path / d), None)["payload_sha256"]
                    for d in ("a", "b"))

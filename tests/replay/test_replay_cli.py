@@ -177,11 +177,13 @@ def test_a_hand_written_payload_is_checked_with_the_shared_rules(
     (lambda d: d.update(workload=None), "workload: expected a table, got NoneType [wrong-type]"),
     (lambda d: d.update(roles=True), "roles: expected a table, got boolean true [wrong-type]"),
     (lambda d: d["workload"]["source"].update(blok_size=16),
-     "traffic.source.blok_size: unknown key 'blok_size' [bad-workload]"),
+     "traffic.source.blok_size: unknown key 'blok_size' (allowed here: type, path, format, "
+     "block_size) [unknown-key]"),
     (lambda d: d["workload"]["load"].update(concurrency=4),
-     "traffic.load.concurrency: unknown key 'concurrency' [bad-workload]"),
+     "traffic.load.concurrency: unknown key 'concurrency' (allowed here: type, speedup) "
+     "[unknown-key]"),
     (lambda d: d["workload"].update(stop={"requests": 0}),
-     "traffic.stop.requests: 'requests' must be an integer >= 1"),
+     "traffic.stop.requests: must be in [1, 2^31], got 0 [out-of-range]"),
     (lambda d: d["roles"]["aggregated"]["timing"].update(path="x.csv"),
      "engine.workers.aggregated.timing.path: fixed timing rejects path [timing-table]"),
     (lambda d: d.update(sla={"ttft_ms": -5}),

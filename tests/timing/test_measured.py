@@ -138,7 +138,7 @@ def test_resolve_records_the_kv_precision_and_version(compile_toml: Callable[...
     text = MEASURED.format(gpu="h100_sxm", quant="fp8").replace(
         'kvcache_quant_mode = "fp8"', 'kvcache_quant_mode = "fp8"\nbackend_version = "current"')
     resolved = compile_toml(text, stop_after="resolve")
-    timing = resolved.roles["aggregated"].timing
+    timing = resolved.payload.roles["aggregated"].timing
     assert (timing.kv_quant, timing.backend_version, timing.gemm_quant) == (
         "fp8", "current", "fp8")
     prov = resolved.provenance["engine.workers.aggregated.timing.backend_version"]

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import random
 from collections.abc import Callable
 from typing import Any
@@ -13,9 +14,9 @@ from servesim.engines.kernel.tokens import (
     generated_key,
     prompt_length,
 )
-from servesim.errors import CompileError, WorkloadError
+from servesim.errors import CompileError, WorkloadError, format_path
 from servesim.workloads import build_workload, constant_arrivals, poisson_arrivals
-from servesim.workloads.spec import SessionSource
+from servesim.workloads.spec import SessionSource, Stop
 from servesim.workloads.synthetic import shared_prefix_tokens, spread_length
 
 Simulate = Callable[..., Any]
@@ -109,7 +110,7 @@ output_range_ratio = 0.25
 {more}
 """
     payload = compile_toml(text.format(kind="synthetic", more=""))
-    assert payload.workload["source"]["output_range_ratio"] == 0.25
+    assert payload.workload.source.output_range_ratio == 0.25
     with pytest.raises(CompileError) as err:
         compile_toml(text.format(kind="trace", more='paths = ["t.jsonl"]'))
     assert "traffic.source.output_range_ratio: source type 'trace' does not accept " \
@@ -294,8 +295,9 @@ def test_shared_prefix_rounding_in_blocks() -> None:
         ({"source": session_source(shared_prefix_ratio=0.5), "load": {"type": "concurrency"},
           "stop": {"sessions": 1}}, "shared_prefix_ratio > 0 requires prefix_groups > 0"),
         ({"source": SYN, "load": {"type": "concurrency", "concurrency": 0},
-          "stop": {"requests": 1}}, "'concurrency' must be an integer >= 1 and <= 1048576, got 0"),
-        ({"source": {"type": "nope"}, "load": {}, "stop": {}}, "unknown source type 'nope'"),
+          "stop": {"requests": 1}}, "must be in [1, 2^20], got 0"),
+        ({"source": {"type": "nope"}, "load": {}, "stop": {}},
+         "expected one of \"synthetic\", \"synthetic-session\", \"trace\", got string 'nope'"),
         ({"source": {"type": "trace", "path": "t.jsonl"},
           "load": {"type": "poisson", "requests_per_second": 1.0}, "stop": {}},
          "trace load must be trace_timestamps or concurrency"),
@@ -316,4 +318,78 @@ def test_a_payload_seed_is_held_to_the_config_s_range() -> None:
     with pytest.raises(WorkloadError) as info:
         build_workload(spec)
     (diag,) = info.value.diagnostics
-    assert diag.message.startswith("'seed' must be an integer >= 0")
+    assert (format_path(diag.path), diag.message) == ("traffic.load.seed",
+                                                      "must be in [0, 2^64-1], got -1")
+
+
+# -- the typed workload: one type from resolve to replay --------------------------------------
+
+def test_a_compiled_workload_is_typed_and_round_trips_through_its_json(
+        compile_toml: Callable[..., Any]) -> None:
+    from servesim.payload import dump_payload, load_payload
+    from servesim.workloads.spec import RateLoad, SyntheticSource, WorkloadSpec
+
+    payload = compile_toml("""
+[engine]
+model = "Qwen/Qwen3-32B"
+hardware = "h100_sxm"
+[engine.workers.aggregated]
+[traffic.source]
+input_tokens = 512
+[traffic.load]
+type = "constant_rate"
+requests_per_second = 3.0
+[traffic.stop]
+requests = 5
+""")
+    # the defaults are the workload type's own (output_tokens 128, no seed for constant_rate)
+    assert payload.workload == WorkloadSpec(
+        SyntheticSource(input_tokens=512),
+        RateLoad(type="constant_rate", requests_per_second=3.0), Stop(requests=5))
+    data = json.loads(dump_payload(payload))
+    assert data["workload"] == {
+        "source": {"type": "synthetic", "input_tokens": 512, "output_tokens": 128,
+                   "cached_prefix_tokens": 0},
+        "load": {"type": "constant_rate", "requests_per_second": 3.0},
+        "stop": {"requests": 5}}
+    assert load_payload(data).workload == payload.workload
+
+
+@pytest.mark.parametrize(("edit", "expected"), [
+    ({"source": {"type": "synthetic", "input_tokens": "many"}},
+     "traffic.source.input_tokens: expected an integer, got string 'many' [wrong-type]"),
+    ({"load": {"type": "burst"}},
+     "traffic.load.type: expected one of \"concurrency\", \"poisson\", \"constant_rate\", "
+     "\"trace_timestamps\", got string 'burst' [bad-choice]"),
+    ({"load": []}, "traffic.load: expected a table, got an array [wrong-type]"),
+    ({"stop": {"requests": 1, "request": 2}},
+     "traffic.stop.request: unknown key 'request' (allowed here: requests, sessions, "
+     "max_virtual_time_seconds) [unknown-key]\n  hint: did you mean 'requests'?"),
+])
+def test_a_bad_payload_workload_is_refused_at_its_traffic_key(edit: dict[str, Any],
+                                                               expected: str) -> None:
+    from servesim.errors import PayloadError
+    from servesim.payload import SCHEMA_VERSION, load_payload
+
+    workload = {"source": SYN, "load": {"type": "concurrency"}, "stop": {"requests": 1},
+                **edit}
+    data = {"schema_version": SCHEMA_VERSION, "engine": "vllm", "mode": "aggregated",
+            "roles": {}, "workload": workload}
+    with pytest.raises(PayloadError) as info:
+        load_payload(data)
+    assert [d.render() for d in info.value.diagnostics] == [expected]
+    with pytest.raises(WorkloadError) as built:  # the same, handed to build_workload
+        build_workload(workload)
+    assert [d.render() for d in built.value.diagnostics] == [expected]
+
+
+def test_workloads_never_import_the_compiler() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, servesim.workloads, servesim.payload; "
+            "print(sorted(m for m in sys.modules if m.startswith(('servesim.compiler', "
+            "'servesim.plugins'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "[]"

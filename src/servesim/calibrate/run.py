@@ -25,7 +25,6 @@ from typing import Any
 
 import attrs
 
-from servesim import __version__
 from servesim.calibrate.fit import (
     FitResult,
     Latencies,
@@ -41,6 +40,7 @@ from servesim.errors import Diagnostic, ServesimError
 from servesim.payload import Payload
 from servesim.plugins.manager import EngineRegistry
 from servesim.timing.calibration import calibration_document
+from servesim.version import __version__
 from servesim.workloads.driver import (
     ClosedLoop,
     OpenLoop,
@@ -48,7 +48,13 @@ from servesim.workloads.driver import (
     SessionWorkload,
     poisson_arrivals,
 )
-from servesim.workloads.spec import SyntheticSource
+from servesim.workloads.spec import (
+    ConcurrencyLoad,
+    RateLoad,
+    Stop,
+    SyntheticSource,
+    WorkloadSpec,
+)
 from servesim.workloads.synthetic import synthetic_requests
 
 WAVES = 6  # requests per client when the measurement does not record its count
@@ -83,22 +89,22 @@ def replay_workload(p: MeasuredPoint, spread: float) -> SessionWorkload:
     else:
         rate = float(p.request_rate or 1.0)
         plan = OpenLoop(lambda: poisson_arrivals(rate, SEED))
-    return SessionWorkload(units, plan, max_requests=spec["stop"]["requests"])
+    return SessionWorkload(units, plan, max_requests=spec.stop.requests)
 
 
-def measured_workload(p: MeasuredPoint) -> dict[str, Any]:
+def measured_workload(p: MeasuredPoint) -> WorkloadSpec:
     """The payload workload that replays ``p``'s benchmark."""
-    source = {"type": "synthetic", "input_tokens": p.input_tokens,
-              "output_tokens": p.output_tokens, "cached_prefix_tokens": 0}
+    source = SyntheticSource(input_tokens=p.input_tokens, output_tokens=p.output_tokens)
     budget = max(1, MAX_OUTPUT_TOKENS // p.output_tokens)
+    load: ConcurrencyLoad | RateLoad
     if p.concurrency is not None:
         n = p.requests or WAVES * p.concurrency
-        load: dict[str, Any] = {"type": "concurrency", "concurrency": p.concurrency}
+        load = ConcurrencyLoad(concurrency=p.concurrency)
         n = min(n, max(budget, p.concurrency))
     else:
         n = min(p.requests or RATE_REQUESTS, budget)
-        load = {"type": "poisson", "requests_per_second": p.request_rate, "seed": SEED}
-    return {"source": source, "load": load, "stop": {"requests": n}}
+        load = RateLoad(type="poisson", requests_per_second=p.request_rate, seed=SEED)
+    return WorkloadSpec(source, load, Stop(requests=n))
 
 
 def predictor(payload: Payload, points: Sequence[MeasuredPoint], *,

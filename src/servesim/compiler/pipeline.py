@@ -33,9 +33,9 @@ def run(source: SourceText, ctx: CompileContext, *, stop_after: Stage = "lower",
         on_stage: Callable[[Stage, Any], None] | None = None) -> Any:
     """Run the passes up to ``stop_after``; a failing pass raises CompileError.
 
-    The passes see the backends of ``ctx.registry`` (without one, the built-ins)."""
+    The passes see the backends of ``ctx.registry``."""
     artifact: Any = source
-    in_force = ctx.registry.backends if ctx.registry is not None else backends.BUILTIN
+    in_force = ctx.registry.backends
     for name, fn in PIPELINE:
         try:
             with backends.use_backends(in_force):

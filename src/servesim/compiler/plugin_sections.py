@@ -17,11 +17,10 @@ from typing import Any
 
 import cattrs
 
-from servesim.compiler.context import CompileContext
+from servesim.compiler.context import CompileContext, Registry
 from servesim.compiler.model.parsed import Engine as ParsedEngine
 from servesim.compiler.model.parsed import ParsedConfig
 from servesim.errors import CompileError, Diagnostic, Path
-from servesim.plugins.manager import EngineRegistry, get_plugin_manager
 
 DEFAULT_ENGINE = {"aggregated": "vllm", "disaggregated": "disagg"}
 ENGINE_PATH: Path = ("engine", "engine")
@@ -34,13 +33,6 @@ def selected_engine(e: ParsedEngine) -> str:
     return DEFAULT_ENGINE["disaggregated" if e.mode == "disaggregated" else "aggregated"]
 
 
-def registry_of(ctx: CompileContext) -> EngineRegistry:
-    """The context's registry; without one, the built-ins only."""
-    if ctx.registry is not None:
-        return ctx.registry
-    return EngineRegistry.collect(get_plugin_manager(load_entrypoints=False))
-
-
 def _unknown(code: str, path: Path, kind: str, name: str, known: Iterable[str]) -> Diagnostic:
     known = sorted(known)
     close = difflib.get_close_matches(name, known, n=1)
@@ -50,13 +42,13 @@ def _unknown(code: str, path: Path, kind: str, name: str, known: Iterable[str]) 
                       "is the plugin that provides it installed? `servesim plugins` lists them")
 
 
-def check_plugin_sections(cfg: ParsedConfig, registry: EngineRegistry) -> list[Diagnostic]:
+def check_plugin_sections(cfg: ParsedConfig, registry: Registry) -> list[Diagnostic]:
     """Every problem with the plugin-defined parts of ``cfg`` (parse stage)."""
     return list(_engine(cfg.engine, registry)) + list(_timing(cfg, registry)) \
         + list(_trace_format(cfg, registry))
 
 
-def _engine(e: ParsedEngine, registry: EngineRegistry) -> Iterator[Diagnostic]:
+def _engine(e: ParsedEngine, registry: Registry) -> Iterator[Diagnostic]:
     name = selected_engine(e)
     cls = registry.engine_class(name)
     if cls is None:
@@ -77,7 +69,7 @@ def _engine(e: ParsedEngine, registry: EngineRegistry) -> Iterator[Diagnostic]:
                                         lambda: engine.check_options(options))
 
 
-def _timing(cfg: ParsedConfig, registry: EngineRegistry) -> Iterator[Diagnostic]:
+def _timing(cfg: ParsedConfig, registry: Registry) -> Iterator[Diagnostic]:
     known = registry.timing_providers
     for role in ("aggregated", "prefill", "decode"):
         worker = getattr(cfg.engine.workers, role)
@@ -87,7 +79,7 @@ def _timing(cfg: ParsedConfig, registry: EngineRegistry) -> Iterator[Diagnostic]
                            "timing type", kind, known)
 
 
-def _trace_format(cfg: ParsedConfig, registry: EngineRegistry) -> Iterator[Diagnostic]:
+def _trace_format(cfg: ParsedConfig, registry: Registry) -> Iterator[Diagnostic]:
     source = cfg.traffic.source if cfg.traffic is not None else None
     if source is not None and source.format is not None \
             and source.format not in registry.trace_formats:
@@ -98,7 +90,7 @@ def _trace_format(cfg: ParsedConfig, registry: EngineRegistry) -> Iterator[Diagn
 def resolve_engine_options(cfg: ParsedConfig, ctx: CompileContext) -> tuple[
         str, dict[str, Any], dict[str, bool]]:
     """The engine name, its options (defaults applied, JSON-ready) and which were authored."""
-    registry = registry_of(ctx)
+    registry = ctx.registry
     name = selected_engine(cfg.engine)
     cls = registry.engine_class(name)
     if cls is None:  # the parse pass reported it; reached only by a direct caller

@@ -23,7 +23,7 @@ import pluggy
 
 from servesim import limits
 from servesim.engines.base import Engine
-from servesim.errors import Diagnostic, ServesimError
+from servesim.errors import Diagnostic, PluginError, ServesimError, plugin_bug
 from servesim.plugins import hookspecs
 from servesim.timing.base import prefill_group_ms
 
@@ -43,10 +43,6 @@ BUILTIN = "servesim.builtin"
 PLUGIN_FAULTS = (Exception, SystemExit, GeneratorExit)
 
 
-class PluginError(ServesimError):
-    """A plugin is broken (raised in a hook, registered a duplicate name, ...)."""
-
-
 @attrs.frozen
 class PluginSource:
     """Where a registered plugin comes from (shown by ``servesim plugins`` and in errors)."""
@@ -57,7 +53,7 @@ class PluginSource:
 
     def describe(self) -> str:
         if self.kind == "builtin":
-            from servesim import __version__
+            from servesim.version import __version__
 
             return f"servesim {__version__} (built-in)"
         if self.kind == "entry-point":
@@ -142,14 +138,6 @@ def plugin_sources(pm: pluggy.PluginManager) -> dict[str, PluginSource]:
         else:
             out[name] = PluginSource(name, "object")
     return out
-
-
-def plugin_bug(source: PluginSource, message: str, where: str = "") -> PluginError:
-    """The error reported when plugin code misbehaves (``where``: its file and line)."""
-    return PluginError([Diagnostic(
-        code="plugin-error", location=f"plugin {source.label()}", message=message,
-        hint=f"this is a bug in the plugin{where}, not in servesim or your input; report it "
-        "to the plugin's authors")])
 
 
 def plugin_failure(source: PluginSource, hook: str, exc: BaseException) -> PluginError:

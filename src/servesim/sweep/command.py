@@ -14,7 +14,6 @@ from typing import Any
 
 from rich.console import Console
 
-from servesim import __version__
 from servesim.compiler.source import SourceText
 from servesim.errors import Diagnostic, ServesimError
 from servesim.plugins.manager import EngineRegistry
@@ -23,6 +22,7 @@ from servesim.sweep.progress import TrialProgress
 from servesim.sweep.results import render, results_format, write_atomic
 from servesim.sweep.space import parse_settings, points
 from servesim.sweep.trial import Base, Task, input_files
+from servesim.version import __version__
 
 EXIT_OK, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 130
 

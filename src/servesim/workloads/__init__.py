@@ -1,7 +1,8 @@
 """Workloads: synthetic requests, synthetic sessions and Mooncake traces, with arrivals.
 
-``build_workload(spec)`` turns the resolved workload dict of a payload into an object
-implementing the kernel :class:`~servesim.engines.kernel.requests.Workload` protocol.
+``build_workload(spec)`` turns the workload of a payload (a :class:`WorkloadSpec`, or its
+JSON form) into an object implementing the kernel
+:class:`~servesim.engines.kernel.requests.Workload` protocol.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from servesim.workloads.spec import (
     TimestampLoad,
     TraceSource,
     WorkloadSpec,
-    parse_workload_spec,
+    load_workload,
 )
 from servesim.workloads.synthetic import synthetic_requests, synthetic_sessions
 
@@ -48,7 +49,7 @@ __all__ = [
     "build_workload",
     "constant_arrivals",
     "iter_trace_rows",
-    "parse_workload_spec",
+    "load_workload",
     "poisson_arrivals",
     "resolve_trace_path",
     "trace_sha256",
@@ -71,15 +72,15 @@ def _plan(spec: WorkloadSpec) -> ArrivalPlan:
         return ClosedLoop(load.concurrency)
     if isinstance(load, TimestampLoad):
         return OpenLoop(None)
-    rate, seed = load.rate, load.seed
-    if load.kind == "poisson":
+    rate, seed = load.rate, load.arrival_seed
+    if load.type == "poisson":
         return OpenLoop(lambda: poisson_arrivals(rate, seed))
     return OpenLoop(lambda: constant_arrivals(rate))
 
 
-def build_workload(spec: Mapping[str, Any], *, base_dir: Path | None = None,
+def build_workload(spec: WorkloadSpec | Mapping[str, Any], *, base_dir: Path | None = None,
                    formats: Mapping[str, TraceLoader] | None = None) -> SessionWorkload:
-    """The workload a payload describes (see :mod:`servesim.workloads.spec` for the dict).
+    """The workload a payload describes, checked (see :mod:`servesim.workloads.spec`).
 
     Trace paths are relative to ``base_dir``. ``formats`` are the trace loaders by name
     (a plugin registry's ``trace_formats``; default: the built-in Mooncake formats). Trace
@@ -87,7 +88,7 @@ def build_workload(spec: Mapping[str, Any], *, base_dir: Path | None = None,
     (located ``file:line``) when it is reached; call :func:`validate_trace` first for an
     upfront check.
     """
-    parsed = parse_workload_spec(spec, formats=None if formats is None else tuple(formats))
+    parsed = load_workload(spec, formats=None if formats is None else tuple(formats))
     source, stop = parsed.source, parsed.stop
     plan = _plan(parsed)
     units: Callable[[], Iterator[Session]]
@@ -96,7 +97,7 @@ def build_workload(spec: Mapping[str, Any], *, base_dir: Path | None = None,
         units = lambda: synthetic_requests(source)  # noqa: E731
     elif isinstance(source, SessionSource):
         load = parsed.load
-        seed = load.seed if isinstance(load, RateLoad) else DEFAULT_POISSON_SEED
+        seed = load.arrival_seed if isinstance(load, RateLoad) else DEFAULT_POISSON_SEED
         units = lambda: synthetic_sessions(source, seed)  # noqa: E731
     else:
         units, on_close = _trace_units(source, parsed, base_dir, formats)

@@ -54,7 +54,7 @@ class SyntheticRequest:
             Segment(PREFIX_KEY, src.cached_prefix_tokens, repeat=False),
             Segment(1 + self.index, src.input_tokens - src.cached_prefix_tokens, repeat=False),
         )
-        output = spread_length(src.output_tokens, src.output_range_ratio, self.index)
+        output = spread_length(src.output_tokens, src.output_range_ratio or 0.0, self.index)
         return RequestSpec(request_id=self.index, arrival_ms=arrival_ms or 0.0, prompt=prompt,
                            input_length=src.input_tokens, output_length=output)
 

@@ -240,3 +240,12 @@ class ParsedConfig:
     engine: Engine
     traffic: Traffic | None = None
     evaluation: Evaluation | None = None
+
+    def to_data(self) -> dict[str, Any]:
+        """JSON-ready form, unauthored (``None``) values dropped."""
+        import cattrs
+
+        from servesim.payload import drop_none
+
+        data: dict[str, Any] = drop_none(cattrs.Converter().unstructure(self))
+        return data

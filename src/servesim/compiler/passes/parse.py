@@ -25,11 +25,14 @@ from servesim.compiler.model.parsed import (
     Capacity,
     Engine,
     KvCache,
+    Load,
     ParsedConfig,
+    Source,
+    Stop,
     Traffic,
     Worker,
 )
-from servesim.compiler.plugin_sections import check_plugin_sections, registry_of
+from servesim.compiler.plugin_sections import check_plugin_sections
 from servesim.compiler.source import SourceText, load_toml
 from servesim.converter import check_limits, make_converter, structure
 from servesim.errors import CompileError, Diagnostic, Path
@@ -44,7 +47,7 @@ def parse(source: SourceText, ctx: CompileContext) -> ParsedConfig:
     if cfg is None:
         raise CompileError([_staged(d) for d in diags])
     diags = check_limits(cfg) + list(check_shape(cfg)) \
-        + check_plugin_sections(cfg, registry_of(ctx))
+        + check_plugin_sections(cfg, ctx.registry)
     if diags:
         raise CompileError([_staged(d) for d in diags])
     return cfg
@@ -202,13 +205,20 @@ def _authored(table: Any) -> dict[str, Any]:
 def _traffic(t: Traffic | None) -> Iterator[Diagnostic]:
     if t is None:
         return
-    from servesim.compiler.model.parsed import Load, Source, Stop
-
-    src, load, stop = t.source or Source(), t.load or Load(), t.stop or Stop()
+    src, load = t.source or Source(), t.load or Load()
     stype = src.type or "synthetic"
     ltype = load.type or "concurrency"
+    yield from _source_keys(src, stype)
+    yield from _load_keys(load, ltype)
+    # the rules between values, shared with a payload's workload (in the payload's shape)
+    yield from check_traffic({**_authored(src), **_authored(src.session), "type": stype},
+                             {**_authored(load), "type": ltype})
+    yield from _stop_keys(t, stype)
+
+
+def _source_keys(src: Source, stype: str) -> Iterator[Diagnostic]:
+    """The source keys its type reads, and a trace's one path."""
     sp: Path = ("traffic", "source")
-    lp: Path = ("traffic", "load")
     allowed_src = {
         "synthetic": {"type", "input_tokens", "output_tokens", "cached_prefix_tokens",
                       "output_range_ratio"},
@@ -229,6 +239,11 @@ def _traffic(t: Traffic | None) -> Iterator[Diagnostic]:
                      f"mooncake traces take exactly one path, got {len(src.paths)}")
         elif not src.paths[0].strip():
             yield _d("empty-value", (*sp, "paths", 0), "value must be nonempty")
+
+
+def _load_keys(load: Load, ltype: str) -> Iterator[Diagnostic]:
+    """The load keys its type reads."""
+    lp: Path = ("traffic", "load")
     load_keys = {
         "concurrency": {"concurrency"},
         "poisson": {"requests_per_second", "sessions_per_second", "seed"},
@@ -238,10 +253,11 @@ def _traffic(t: Traffic | None) -> Iterator[Diagnostic]:
     for key in ("concurrency", "requests_per_second", "sessions_per_second", "seed", "speedup"):
         if getattr(load, key) is not None and key not in load_keys:
             yield _d("traffic-key", (*lp, key), f"load type {ltype!r} does not accept {key}")
-    # the rules between values, shared with a payload's workload (in the payload's shape)
-    yield from check_traffic({**_authored(src), **_authored(src.session), "type": stype},
-                             {**_authored(load), "type": ltype})
-    # stop
+
+
+def _stop_keys(t: Traffic, stype: str) -> Iterator[Diagnostic]:
+    """The stop conditions the source type takes: one count, or a trace's rows or time."""
+    stop = t.stop or Stop()
     stp: Path = ("traffic", "stop")
     set_stops = [k for k in ("requests", "requests_per_load_unit", "sessions",
                              "sessions_per_load_unit", "max_virtual_time_seconds")

@@ -45,6 +45,7 @@ from servesim.errors import CompileError, Diagnostic, Path, format_path
 from servesim.payload import (
     CalibrationArgs,
     KvTransferArgs,
+    Payload,
     Placement,
     RoleArgs,
     SlaArgs,
@@ -52,10 +53,14 @@ from servesim.payload import (
     StateCacheArgs,
     TimingArgs,
 )
+from servesim.version import __version__
+from servesim.workloads import spec
+from servesim.workloads.spec import WorkloadSpec
 
 T = TypeVar("T")
 
 INFERRED_STATE_DEFAULT_BLOCK = 64
+DEFAULT_STOP_COUNT = 100  # requests or sessions of a synthetic source that names no stop
 
 
 class _Recorder:
@@ -93,8 +98,27 @@ def resolve_geometry(cfg: ParsedConfig, ctx: CompileContext) -> ResolvedConfig:
     for key, was_authored in authored.items():
         rec.note(("engine", "options", key), "authored" if was_authored else "defaulted")
     backend: str = rec.pick(("engine", "backend"), e.backend, backends.DEFAULT_BACKEND)
+    model = _model(rec, e, ctx.base_dir)
+    roles, metadata = _roles(rec, e, backend, model, ctx.base_dir)
+    kv_transfer = _kv_transfer(rec, e, roles) if mode == "disaggregated" else None
+    workload = _workload(rec, cfg.traffic, ctx.base_dir)
+    sla = None
+    if cfg.evaluation is not None and cfg.evaluation.sla is not None:
+        s = cfg.evaluation.sla
+        sla = SlaArgs(ttft_ms=s.ttft_ms, itl_ms=s.itl_ms, e2e_ms=s.e2e_ms)
+    if rec.diagnostics:
+        raise CompileError(rec.diagnostics)
+    payload = Payload(engine=engine, mode=mode, roles=roles, workload=workload,
+                      kv_transfer=kv_transfer, sla=sla, provenance=_summary(metadata),
+                      engine_options=engine_options, servesim_version=__version__)
+    return ResolvedConfig(parsed=cfg, payload=payload, provenance=rec.provenance,
+                          metadata=metadata)
+
+
+def _model(rec: _Recorder, e: Engine, base_dir: PathLike | None) -> catalog.ModelInfo | None:
+    """The model the config names, if found and its KV cache dtype is one it can hold."""
     model = _lookup(rec, ("engine", "model"), e.model,
-                    functools.partial(_load_model, base_dir=ctx.base_dir))
+                    functools.partial(_load_model, base_dir=base_dir))
     if model is not None:
         try:
             geometry.kv_dtype_bytes(model, e.kvcache_quant_mode)
@@ -103,6 +127,12 @@ def resolve_geometry(cfg: ParsedConfig, ctx: CompileContext) -> ResolvedConfig:
                      f"{e.kvcache_quant_mode!r} is not a KV cache dtype; use \"auto\", "
                      "\"bfloat16\", \"float16\", \"float32\", \"fp8\" or \"int8\"")
             model = None
+    return model
+
+
+def _roles(rec: _Recorder, e: Engine, backend: str, model: catalog.ModelInfo | None,
+           base_dir: PathLike | None) -> tuple[dict[str, RoleArgs], dict[str, Any]]:
+    """Every configured role's engine arguments, and its sizing metadata."""
     speculation = _speculation(rec, e)
     weights = _weight_quant(e, model)
     roles: dict[str, RoleArgs] = {}
@@ -118,22 +148,23 @@ def resolve_geometry(cfg: ParsedConfig, ctx: CompileContext) -> ResolvedConfig:
                       hw_name, catalog.load_gpu)
         if model is None or gpu is None:
             continue
-        role, meta = _resolve_role(rec, name, worker, e, backend, model, gpu, speculation,
-                                   weights, path, ctx.base_dir)
+        role, meta = _resolve_role(
+            rec, _Role(name, worker, e, backend, model, gpu, path, base_dir), speculation,
+            weights)
         if role is not None:
             roles[name] = role
             metadata[name] = meta
-    kv_transfer = _kv_transfer(rec, e, roles) if mode == "disaggregated" else None
-    workload = _workload(rec, cfg.traffic, ctx.base_dir)
-    sla = None
-    if cfg.evaluation is not None and cfg.evaluation.sla is not None:
-        s = cfg.evaluation.sla
-        sla = SlaArgs(ttft_ms=s.ttft_ms, itl_ms=s.itl_ms, e2e_ms=s.e2e_ms)
-    if rec.diagnostics:
-        raise CompileError(rec.diagnostics)
-    return ResolvedConfig(parsed=cfg, engine=engine, engine_options=engine_options,
-                          mode=mode, roles=roles, workload=workload, kv_transfer=kv_transfer,
-                          sla=sla, provenance=rec.provenance, metadata=metadata)
+    return roles, metadata
+
+
+def _summary(metadata: dict[str, Any]) -> dict[str, Any]:
+    """The payload's provenance: each role's state-cache and capacity sizing."""
+    return {
+        "state_cache": {name: meta.get("state_cache", {"source": "disabled"})
+                        for name, meta in metadata.items()},
+        "capacity": {name: meta["capacity"] for name, meta in metadata.items()
+                     if "capacity" in meta},
+    }
 
 
 def _load_model(name: str, base_dir: PathLike | None) -> catalog.ModelInfo:
@@ -198,13 +229,64 @@ def mtp_acceptance_rates(nextn: int, accepted: float) -> tuple[float, ...]:
     return tuple(rates[:nextn])
 
 
-def _resolve_role(rec: _Recorder, name: str, w: Worker, e: Engine, backend: str,
-                  model: catalog.ModelInfo, gpu: catalog.GpuSpec,
-                  speculation: SpeculationArgs | None, weights: _WeightQuant, path: Path,
-                  base_dir: PathLike | None = None,
-                  ) -> tuple[RoleArgs | None, dict[str, Any]]:
-    par = w.parallelism or Parallelism()
-    pp: Path = (*path, "parallelism")
+@attrs.frozen
+class _Role:
+    """What every section resolver of one worker role reads."""
+
+    name: str
+    worker: Worker
+    engine: Engine
+    backend: str
+    model: catalog.ModelInfo
+    gpu: catalog.GpuSpec
+    path: Path
+    base_dir: PathLike | None = None
+
+
+@attrs.frozen
+class _KvGeometry:
+    """Block size and KV bytes per token, and the state-cache bytes they were sized with."""
+
+    block_size: int
+    bytes_per_token: int
+    state_bytes: int | None = None
+    raw: int | None = None
+    source: str = "overridden"
+
+
+def _resolve_role(rec: _Recorder, role: _Role, speculation: SpeculationArgs | None,
+                  weights: _WeightQuant) -> tuple[RoleArgs | None, dict[str, Any]]:
+    """One role's engine arguments, a resolver per config section."""
+    meta: dict[str, Any] = {"state_cache": {"source": "disabled"}}
+    shape = _parallelism(rec, role)
+    scheduler = _scheduler(rec, role, shape["attention_data"])
+    kv = role.worker.kv_cache or KvCache()
+    prefix_caching = rec.pick((*role.path, "kv_cache", "prefix_caching"), kv.prefix_caching,
+                              True)
+    geo = _kv_geometry(rec, role, shape, speculation)
+    if geo is None:
+        return None, meta
+    num_blocks = _capacity(rec, role, shape, scheduler["max_batched_tokens"], geo, meta)
+    if num_blocks is None:
+        return None, meta
+    state = _state_cache(rec, role, geo, meta)
+    max_model_len = _context(rec, role)
+    _note_fixed(rec, role, kv, speculation)
+    timing = _timing(rec, role, weights)
+    startup = rec.pick((*role.path, "startup_seconds"), role.worker.startup_seconds, 0.0)
+    sections: dict[str, Any] = {**shape, **scheduler}
+    return RoleArgs(
+        worker_type=role.name,  # type: ignore[arg-type]
+        backend=role.backend, model=role.model.name, hardware=role.gpu.name, **sections,
+        block_size=geo.block_size, prefix_caching=prefix_caching,
+        kv_bytes_per_token=geo.bytes_per_token, num_gpu_blocks=num_blocks,
+        max_model_len=max_model_len, prefix_match_unit=kv.prefix_match_unit, state_cache=state,
+        timing=timing, speculation=speculation, startup_seconds=float(startup)), meta
+
+
+def _parallelism(rec: _Recorder, role: _Role) -> dict[str, int]:
+    par = role.worker.parallelism or Parallelism()
+    pp: Path = (*role.path, "parallelism")
     shape = {k: rec.pick((*pp, k), getattr(par, k), 1)
              for k in ("replicas", "tensor", "pipeline", "attention_data", "moe_tensor",
                        "moe_expert")}
@@ -212,16 +294,22 @@ def _resolve_role(rec: _Recorder, name: str, w: Worker, e: Engine, backend: str,
     # at 1 x 1, the experts are split tensor-parallel over all of them, as vLLM does. The
     # memory estimate, the timing and the payload all read this one resolved shape.
     attention_gpus = shape["tensor"] * shape["attention_data"]
-    if model.is_moe and attention_gpus > 1 and shape["moe_tensor"] * shape["moe_expert"] == 1:
+    if role.model.is_moe and attention_gpus > 1 and shape["moe_tensor"] * shape["moe_expert"] == 1:
         shape["moe_tensor"] = attention_gpus
         rec.note((*pp, "moe_tensor"), "derived",
                  f"tensor x attention_data = {attention_gpus}: with moe_tensor x moe_expert "
                  "left at 1, the experts are split tensor-parallel over the attention GPUs")
-    sch = w.scheduler or Scheduler()
+    return shape
+
+
+def _scheduler(rec: _Recorder, role: _Role, attention_data: int) -> dict[str, Any]:
+    """The scheduler section's RoleArgs fields (and chunked prefill, an engine key)."""
+    name, backend, path = role.name, role.backend, role.path
+    sch = role.worker.scheduler or Scheduler()
     sp: Path = (*path, "scheduler")
     max_batched_tokens = rec.pick(
         (*sp, "max_batched_tokens"), sch.max_batched_tokens,
-        backends.policy_of(backend).default_token_budget(shape["attention_data"]),
+        backends.policy_of(backend).default_token_budget(attention_data),
         backends.policy_of(backend).token_budget_note)
     max_sequences = rec.pick((*sp, "max_sequences"), sch.max_sequences,
                              1 if name == "prefill" else 256,
@@ -237,17 +325,23 @@ def _resolve_role(rec: _Recorder, name: str, w: Worker, e: Engine, backend: str,
                                     sch.attention_dp_placement, "round_robin")
     chunked = True
     if name != "decode":
-        chunked = rec.pick((*path, "enable_chunked_prefill"), e.enable_chunked_prefill, True)
-    kv = w.kv_cache or KvCache()
-    kp: Path = (*path, "kv_cache")
-    cap = kv.capacity or Capacity()
-    prefix_caching = rec.pick((*kp, "prefix_caching"), kv.prefix_caching, True)
-    meta: dict[str, Any] = {"state_cache": {"source": "disabled"}}
-    kv_dtype = geometry.kv_dtype_bytes(model, e.kvcache_quant_mode)
+        chunked = rec.pick((*path, "enable_chunked_prefill"), role.engine.enable_chunked_prefill,
+                           True)
+    return dict(max_batched_tokens=max_batched_tokens, max_sequences=max_sequences,
+                prefill_schedule_interval=psi, prefill_decode_interval=pdi,
+                attention_dp_balance=balance, attention_dp_timeout_iters=timeout_iters,
+                attention_dp_batching_wait_iters=wait_iters, attention_dp_placement=placement,
+                enable_chunked_prefill=chunked)
 
-    # KV bytes per token and block size (state-cache inference may enlarge the block)
+
+def _kv_geometry(rec: _Recorder, role: _Role, shape: dict[str, int],
+                 speculation: SpeculationArgs | None) -> _KvGeometry | None:
+    """KV bytes per token and block size (state-cache inference may enlarge the block)."""
+    model, e, backend = role.model, role.engine, role.backend
+    kv = role.worker.kv_cache or KvCache()
+    kp: Path = (*role.path, "kv_cache")
+    kv_dtype = geometry.kv_dtype_bytes(model, e.kvcache_quant_mode)
     sc = kv.state_cache
-    state: StateCacheArgs | None = None
     if sc is not None and sc.bytes_per_request is None:
         try:
             inf = geometry.infer_state_cache(
@@ -259,90 +353,109 @@ def _resolve_role(rec: _Recorder, name: str, w: Worker, e: Engine, backend: str,
                 num_speculative_tokens=speculation.num_speculative_tokens if speculation else 0)
         except geometry.GeometryError as exc:
             rec.fail((*kp, "state_cache"), "state-cache-inference", str(exc))
-            return None, meta
-        block_size, bytes_per_token = inf.block_size, inf.bytes_per_token
+            return None
         rec.note((*kp, "block_size"), "derived", _formula(inf.formula, "block_size"))
         rec.note((*kp, "bytes_per_token"), "authored" if isinstance(kv.bytes_per_token, int)
                  else "derived", _formula(inf.formula, "bytes_per_token"))
-        state_bytes: int | None = inf.bytes_per_request
-        raw, source = inf.raw_bytes_per_request, "inferred"
         rec.note((*kp, "state_cache", "bytes_per_request"), "derived",
                  _formula(inf.formula, "bytes_per_request"))
+        return _KvGeometry(inf.block_size, inf.bytes_per_token, inf.bytes_per_request,
+                           inf.raw_bytes_per_request, "inferred")
+    block_size = rec.pick((*kp, "block_size"), kv.block_size,
+                          backends.policy_of(backend).default_block_size,
+                          f"{backend} default")
+    if isinstance(kv.bytes_per_token, int):
+        bytes_per_token = kv.bytes_per_token
+        rec.note((*kp, "bytes_per_token"), "authored")
     else:
-        block_size = rec.pick((*kp, "block_size"), kv.block_size,
-                              backends.policy_of(backend).default_block_size,
-                              f"{backend} default")
-        if isinstance(kv.bytes_per_token, int):
-            bytes_per_token = kv.bytes_per_token
-            rec.note((*kp, "bytes_per_token"), "authored")
-        else:
-            try:
-                bytes_per_token, formula = geometry.kv_bytes_per_token(
-                    model, tensor=shape["tensor"], pipeline=shape["pipeline"],
-                    kv_dtype_bytes=kv_dtype)
-            except geometry.GeometryError as exc:
-                rec.fail((*pp, "tensor"), "indivisible-heads", str(exc))
-                return None, meta
-            rec.note((*kp, "bytes_per_token"), "derived", formula)
-        state_bytes = sc.bytes_per_request if sc is not None else None
-        raw, source = None, "overridden"
+        try:
+            bytes_per_token, formula = geometry.kv_bytes_per_token(
+                model, tensor=shape["tensor"], pipeline=shape["pipeline"],
+                kv_dtype_bytes=kv_dtype)
+        except geometry.GeometryError as exc:
+            rec.fail((*role.path, "parallelism", "tensor"), "indivisible-heads", str(exc))
+            return None
+        rec.note((*kp, "bytes_per_token"), "derived", formula)
+    return _KvGeometry(block_size, bytes_per_token,
+                       sc.bytes_per_request if sc is not None else None)
 
-    # pool size per attention-DP rank
+
+def _capacity(rec: _Recorder, role: _Role, shape: dict[str, int], max_batched_tokens: int,
+              geo: _KvGeometry, meta: dict[str, Any]) -> int | None:
+    """The pool size per attention-DP rank: authored, from bytes, or from GPU memory."""
+    model, gpu, e, backend = role.model, role.gpu, role.engine, role.backend
+    kv = role.worker.kv_cache or KvCache()
+    cap = kv.capacity or Capacity()
+    kp: Path = (*role.path, "kv_cache")
     cpath: Path = (*kp, "capacity")
+    block_size, bytes_per_token = geo.block_size, geo.bytes_per_token
     if cap.blocks is not None:
-        num_blocks = cap.blocks
         rec.note((*kp, "num_gpu_blocks"), "authored", "capacity.blocks")
-    elif cap.bytes is not None:
+        return cap.blocks
+    if cap.bytes is not None:
         try:
             num_blocks, formula = geometry.fixed_blocks_from_bytes(cap.bytes, block_size,
                                                                    bytes_per_token)
         except geometry.GeometryError as exc:
             rec.fail((*cpath, "bytes"), "capacity-too-small", str(exc))
-            return None, meta
+            return None
         rec.note((*kp, "num_gpu_blocks"), "derived", formula)
-    else:
-        fraction = rec.pick((*cpath, "memory_fraction"), cap.memory_fraction,
-                            backends.policy_of(backend).default_memory_fraction,
-                            f"{backend} default")
-        try:
-            num_blocks, breakdown, formula = geometry.default_kv_blocks(
-                model, gpu, backend=backend, tensor=shape["tensor"],
-                pipeline=shape["pipeline"], moe_tensor=shape["moe_tensor"],
-                moe_expert=shape["moe_expert"], max_batched_tokens=max_batched_tokens,
-                memory_fraction=fraction,
-                cuda_graph_reserved_bytes=cap.cuda_graph_reserved_bytes or 0,
-                kv_bytes_per_token=bytes_per_token, block_size=block_size,
-                weight_dtype_bytes=_weight_dtype_bytes(e.gemm_quant_mode),
-                expert_dtype_bytes=_weight_dtype_bytes(e.moe_quant_mode))
-        except geometry.GeometryError as exc:
-            rec.fail(cpath, "no-kv-budget", str(exc))  # the message names the remedies
-            return None, meta
-        rec.note((*kp, "num_gpu_blocks"), "derived", formula)
-        meta["capacity"] = breakdown
+        return num_blocks
+    fraction = rec.pick((*cpath, "memory_fraction"), cap.memory_fraction,
+                        backends.policy_of(backend).default_memory_fraction,
+                        f"{backend} default")
+    try:
+        num_blocks, breakdown, formula = geometry.default_kv_blocks(
+            model, gpu, backend=backend, tensor=shape["tensor"],
+            pipeline=shape["pipeline"], moe_tensor=shape["moe_tensor"],
+            moe_expert=shape["moe_expert"], max_batched_tokens=max_batched_tokens,
+            memory_fraction=fraction,
+            cuda_graph_reserved_bytes=cap.cuda_graph_reserved_bytes or 0,
+            kv_bytes_per_token=bytes_per_token, block_size=block_size,
+            weight_dtype_bytes=_weight_dtype_bytes(e.gemm_quant_mode),
+            expert_dtype_bytes=_weight_dtype_bytes(e.moe_quant_mode))
+    except geometry.GeometryError as exc:
+        rec.fail(cpath, "no-kv-budget", str(exc))  # the message names the remedies
+        return None
+    rec.note((*kp, "num_gpu_blocks"), "derived", formula)
+    meta["capacity"] = breakdown
+    return num_blocks
 
-    if state_bytes is not None:
-        bytes_per_request = state_bytes
-        state_blocks, allocated = geometry.manual_state_cache(block_size, bytes_per_token,
-                                                              bytes_per_request)
-        state = StateCacheArgs(bytes_per_request=bytes_per_request, state_blocks=state_blocks,
-                               allocated_bytes_per_request=allocated, source=source,  # type: ignore[arg-type]
-                               raw_bytes_per_request=raw)
-        rec.note((*kp, "state_cache", "state_blocks"), "derived",
-                 f"ceil({bytes_per_request} / ({block_size} x {bytes_per_token})) = "
-                 f"{state_blocks}")
-        for key in ("allocated_bytes_per_request", "source", "raw_bytes_per_request"):
-            rec.note((*kp, "state_cache", key), "derived" if source == "inferred" or
-                     key == "allocated_bytes_per_request" else "authored",
-                     f"state_blocks x block bytes = {allocated}"
-                     if key == "allocated_bytes_per_request" else None)
-        if source == "overridden":
-            rec.note((*kp, "state_cache", "bytes_per_request"), "authored")
-        meta["state_cache"] = {"source": source, "bytes_per_request": bytes_per_request,
-                               "state_blocks": state_blocks,
-                               "allocated_bytes_per_request": allocated,
-                               "raw_bytes_per_request": raw}
 
-    # context
+def _state_cache(rec: _Recorder, role: _Role, geo: _KvGeometry,
+                 meta: dict[str, Any]) -> StateCacheArgs | None:
+    """The per-request recurrent state, in blocks of the resolved geometry."""
+    if geo.state_bytes is None:
+        return None
+    kp: Path = (*role.path, "kv_cache")
+    block_size, bytes_per_token, source, raw = (geo.block_size, geo.bytes_per_token,
+                                                geo.source, geo.raw)
+    bytes_per_request = geo.state_bytes
+    state_blocks, allocated = geometry.manual_state_cache(block_size, bytes_per_token,
+                                                          bytes_per_request)
+    state = StateCacheArgs(bytes_per_request=bytes_per_request, state_blocks=state_blocks,
+                           allocated_bytes_per_request=allocated, source=source,  # type: ignore[arg-type]
+                           raw_bytes_per_request=raw)
+    rec.note((*kp, "state_cache", "state_blocks"), "derived",
+             f"ceil({bytes_per_request} / ({block_size} x {bytes_per_token})) = "
+             f"{state_blocks}")
+    for key in ("allocated_bytes_per_request", "source", "raw_bytes_per_request"):
+        rec.note((*kp, "state_cache", key), "derived" if source == "inferred" or
+                 key == "allocated_bytes_per_request" else "authored",
+                 f"state_blocks x block bytes = {allocated}"
+                 if key == "allocated_bytes_per_request" else None)
+    if source == "overridden":
+        rec.note((*kp, "state_cache", "bytes_per_request"), "authored")
+    meta["state_cache"] = {"source": source, "bytes_per_request": bytes_per_request,
+                           "state_blocks": state_blocks,
+                           "allocated_bytes_per_request": allocated,
+                           "raw_bytes_per_request": raw}
+    return state
+
+
+def _context(rec: _Recorder, role: _Role) -> int | None:
+    """``max_model_len``: authored, the model's own on vLLM, else unlimited."""
+    e, backend, model, path = role.engine, role.backend, role.model, role.path
     ctx_len = e.context_length if e.context_length is not None else "max"
     if isinstance(ctx_len, int):
         max_model_len: int | None = ctx_len
@@ -355,7 +468,14 @@ def _resolve_role(rec: _Recorder, name: str, w: Worker, e: Engine, backend: str,
     else:
         max_model_len = None
         rec.note((*path, "max_model_len"), "defaulted", f"unlimited on {backend}")
+    return max_model_len
 
+
+def _note_fixed(rec: _Recorder, role: _Role, kv: KvCache,
+                speculation: SpeculationArgs | None) -> None:
+    """Provenance of the values a role takes as they are (its name, the engine's keys)."""
+    name, backend, model, path = role.name, role.backend, role.model, role.path
+    kp: Path = (*path, "kv_cache")
     rec.note((*path, "worker_type"), "derived", f"the role name {name!r}")
     rec.note((*path, "backend"), "derived", f"engine.backend {backend!r}")
     rec.note((*path, "model"), "derived", f"engine.model {model.name!r}")
@@ -363,7 +483,12 @@ def _resolve_role(rec: _Recorder, name: str, w: Worker, e: Engine, backend: str,
     rec.pick((*kp, "prefix_match_unit"), kv.prefix_match_unit, None, "the block size")
     if speculation is None:
         rec.note(("engine", "speculation"), "defaulted", "no speculative decoding")
-    t = w.timing or Timing()
+
+
+def _timing(rec: _Recorder, role: _Role, weights: _WeightQuant) -> TimingArgs:
+    """The step-time provider and the precisions it prices, with any calibration."""
+    e, name, path, base_dir = role.engine, role.name, role.path, role.base_dir
+    t = role.worker.timing or Timing()
     table = t.path
     if table is not None and base_dir is not None and not PathLike(table).is_absolute():
         table = str(base_dir / table)  # like a trace path: relative to the config's folder
@@ -377,24 +502,11 @@ def _resolve_role(rec: _Recorder, name: str, w: Worker, e: Engine, backend: str,
                      else "defaulted", why)
     if timing_type == "measured":
         kv_quant, version = _measured_keys(rec, e, path)
-    timing = TimingArgs(type=timing_type, prefill_ms=t.prefill_ms, decode_ms=t.decode_ms,
-                        path=table, gemm_quant=gemm_quant, moe_quant=moe_quant,
-                        kv_quant=kv_quant, backend_version=version,
-                        calibration=_calibration(rec, t.calibration, name, timing_type,
-                                                 (*path, "timing"), base_dir))
-    startup = rec.pick((*path, "startup_seconds"), w.startup_seconds, 0.0)
-    role = RoleArgs(
-        worker_type=name,  # type: ignore[arg-type]
-        backend=backend, model=model.name, hardware=gpu.name, **shape,
-        max_batched_tokens=max_batched_tokens, max_sequences=max_sequences,
-        prefill_schedule_interval=psi, prefill_decode_interval=pdi,
-        attention_dp_balance=balance, attention_dp_timeout_iters=timeout_iters,
-        attention_dp_batching_wait_iters=wait_iters, attention_dp_placement=placement,
-        enable_chunked_prefill=chunked, block_size=block_size, prefix_caching=prefix_caching,
-        kv_bytes_per_token=bytes_per_token, num_gpu_blocks=num_blocks,
-        max_model_len=max_model_len, prefix_match_unit=kv.prefix_match_unit, state_cache=state,
-        timing=timing, speculation=speculation, startup_seconds=float(startup))
-    return role, meta
+    return TimingArgs(type=timing_type, prefill_ms=t.prefill_ms, decode_ms=t.decode_ms,
+                      path=table, gemm_quant=gemm_quant, moe_quant=moe_quant,
+                      kv_quant=kv_quant, backend_version=version,
+                      calibration=_calibration(rec, t.calibration, name, timing_type,
+                                               (*path, "timing"), base_dir))
 
 
 def _measured_keys(rec: _Recorder, e: Engine, path: Path) -> tuple[str | None, str | None]:
@@ -522,77 +634,93 @@ def _kv_transfer(rec: _Recorder, e: Engine, roles: dict[str, RoleArgs]) -> KvTra
                           timing_mode=mode, state_bytes=state_bytes)
 
 
-def _workload(rec: _Recorder, t: Traffic | None, base_dir: PathLike | None) -> dict[str, Any]:
+def _workload(rec: _Recorder, t: Traffic | None, base_dir: PathLike | None) -> WorkloadSpec:
     """The resolved traffic: source, load and stop with every default applied."""
     t = t or Traffic()
-    src, load, stop = t.source or Source(), t.load or Load(), t.stop or Stop()
+    source = _source(rec, t.source or Source(), base_dir)
+    load, unit = _load(rec, t.load or Load(), source.type)
+    return WorkloadSpec(source, load, _stop(rec, t.stop or Stop(), source.type, unit))
+
+
+def _source(rec: _Recorder, src: Source, base_dir: PathLike | None) -> spec.Source:
     sp: Path = ("traffic", "source")
-    lp: Path = ("traffic", "load")
     stype = rec.pick((*sp, "type"), src.type, "synthetic")
-    source: dict[str, Any] = {"type": stype}
+
+    def pick(key: str, authored: Any, cls: type) -> Any:
+        return rec.pick((*sp, key), authored, spec.default_of(cls, key))
+
     if stype == "synthetic":
-        source["input_tokens"] = rec.pick((*sp, "input_tokens"), src.input_tokens, 1024)
-        source["output_tokens"] = rec.pick((*sp, "output_tokens"), src.output_tokens, 128)
+        ratio = None
         if src.output_range_ratio is not None:  # written only when authored: 0 spreads nothing
-            source["output_range_ratio"] = rec.pick((*sp, "output_range_ratio"),
-                                                    float(src.output_range_ratio), 0.0)
-        source["cached_prefix_tokens"] = rec.pick((*sp, "cached_prefix_tokens"),
-                                                  src.cached_prefix_tokens, 0)
-    elif stype == "synthetic-session":
-        s = src.session or Session()
-        source["new_input_tokens_per_turn"] = rec.pick(
-            (*sp, "new_input_tokens_per_turn"), src.new_input_tokens_per_turn, 1024)
-        source["output_tokens_per_turn"] = rec.pick(
-            (*sp, "output_tokens_per_turn"), src.output_tokens_per_turn, 128)
-        source["turns"] = rec.pick((*sp, "turns"), s.turns, 4)
-        source["shared_prefix_ratio"] = float(rec.pick((*sp, "shared_prefix_ratio"),
-                                                       s.shared_prefix_ratio, 0.0))
-        source["prefix_groups"] = rec.pick((*sp, "prefix_groups"), s.prefix_groups, 0)
-        source["inter_turn_delay_ms"] = float(rec.pick((*sp, "inter_turn_delay_ms"),
-                                                       s.inter_turn_delay_ms, 0.0))
+            ratio = float(rec.pick((*sp, "output_range_ratio"), src.output_range_ratio, 0.0))
+        return spec.SyntheticSource(
+            input_tokens=pick("input_tokens", src.input_tokens, spec.SyntheticSource),
+            output_tokens=pick("output_tokens", src.output_tokens, spec.SyntheticSource),
+            output_range_ratio=ratio,
+            cached_prefix_tokens=pick("cached_prefix_tokens", src.cached_prefix_tokens,
+                                      spec.SyntheticSource))
+    if stype == "synthetic-session":
+        s, cls = src.session or Session(), spec.SessionSource
+        return cls(
+            new_input_tokens_per_turn=pick("new_input_tokens_per_turn",
+                                           src.new_input_tokens_per_turn, cls),
+            output_tokens_per_turn=pick("output_tokens_per_turn", src.output_tokens_per_turn,
+                                        cls),
+            turns=pick("turns", s.turns, cls),
+            shared_prefix_ratio=float(pick("shared_prefix_ratio", s.shared_prefix_ratio, cls)),
+            prefix_groups=pick("prefix_groups", s.prefix_groups, cls),
+            inter_turn_delay_ms=float(pick("inter_turn_delay_ms", s.inter_turn_delay_ms, cls)))
+    assert src.paths is not None
+    trace = PathLike(src.paths[0])
+    if base_dir is not None and not trace.is_absolute():
+        trace = base_dir / trace
+        rec.note((*sp, "path"), "derived", f"{src.paths[0]} relative to the config's folder")
     else:
-        assert src.paths is not None
-        trace = PathLike(src.paths[0])
-        if base_dir is not None and not trace.is_absolute():
-            trace = base_dir / trace
-            rec.note((*sp, "path"), "derived", f"{src.paths[0]} relative to the config's folder")
-        else:
-            rec.note((*sp, "path"), "authored")
-        source["path"] = str(trace)
-        source["format"] = rec.pick((*sp, "format"), src.format, "mooncake")
-        source["block_size"] = rec.pick((*sp, "block_size"), src.block_size, 512)
-    ltype = rec.pick((*lp, "type"), load.type, "concurrency")
-    resolved_load: dict[str, Any] = {"type": ltype}
-    unit: float = 1.0
+        rec.note((*sp, "path"), "authored")
+    return spec.TraceSource(path=str(trace),
+                            format=pick("format", src.format, spec.TraceSource),
+                            block_size=pick("block_size", src.block_size, spec.TraceSource))
+
+
+def _load(rec: _Recorder, load: Load, stype: str) -> tuple[spec.Load, float]:
+    """The resolved load, and its load unit (concurrency or rate) for relative stops."""
+    lp: Path = ("traffic", "load")
+    ltype: Any = rec.pick((*lp, "type"), load.type, "concurrency")
     if ltype == "concurrency":
-        unit = resolved_load["concurrency"] = rec.pick((*lp, "concurrency"), load.concurrency,
-                                                       10)
-    elif ltype in ("poisson", "constant_rate"):
+        concurrency = rec.pick((*lp, "concurrency"), load.concurrency,
+                               spec.default_of(spec.ConcurrencyLoad, "concurrency"))
+        return spec.ConcurrencyLoad(concurrency=concurrency), concurrency
+    if ltype in ("poisson", "constant_rate"):
         key = "sessions_per_second" if stype == "synthetic-session" else "requests_per_second"
-        unit = resolved_load[key] = rec.pick((*lp, key), getattr(load, key), 1.0)
+        rate = rec.pick((*lp, key), getattr(load, key), 1.0)
+        seed = None
         if ltype == "poisson":
-            resolved_load["seed"] = rec.pick((*lp, "seed"), load.seed, 42)
-    else:
-        resolved_load["speedup"] = rec.pick((*lp, "speedup"), load.speedup, 1.0)
-    resolved_stop: dict[str, Any] = {}
+            seed = rec.pick((*lp, "seed"), load.seed, spec.DEFAULT_POISSON_SEED)
+        return spec.RateLoad(type=ltype, seed=seed, **{key: rate}), rate
+    speedup = rec.pick((*lp, "speedup"), load.speedup,
+                       spec.default_of(spec.TimestampLoad, "speedup"))
+    return spec.TimestampLoad(speedup=speedup), 1.0
+
+
+def _stop(rec: _Recorder, stop: Stop, stype: str, unit: float) -> spec.Stop:
     stp: Path = ("traffic", "stop")
     if stype == "trace":
         for key in ("requests", "max_virtual_time_seconds"):  # the first rows, or a time
             if getattr(stop, key) is not None:
-                resolved_stop[key] = getattr(stop, key)
                 rec.note((*stp, key), "authored")
+        return spec.Stop(requests=stop.requests,
+                         max_virtual_time_seconds=stop.max_virtual_time_seconds)
+    count_key = "sessions" if stype == "synthetic-session" else "requests"
+    absolute, relative = getattr(stop, count_key), getattr(stop, f"{count_key}_per_load_unit")
+    if relative is not None and absolute is None:
+        # round, not ceil: 0.07 x 100 is 7.000000000000001 in floating point
+        count = max(1, round(relative * unit))
+        if count > limits.COUNT:
+            rec.fail((*stp, f"{count_key}_per_load_unit"), "stop-over-limit",
+                     f"{relative:g} x the load unit {unit:g} is {count} {count_key}, more "
+                     f"than {limits.COUNT}", f"lower {count_key}_per_load_unit")
+        rec.note((*stp, count_key), "derived",
+                 f"max(1, round({relative} x {unit})) ({count_key}_per_load_unit x load unit)")
     else:
-        count_key = "sessions" if stype == "synthetic-session" else "requests"
-        absolute, relative = getattr(stop, count_key), getattr(stop, f"{count_key}_per_load_unit")
-        if relative is not None and absolute is None:
-            # round, not ceil: 0.07 x 100 is 7.000000000000001 in floating point
-            resolved_stop[count_key] = derived = max(1, round(relative * unit))
-            if derived > limits.COUNT:
-                rec.fail((*stp, f"{count_key}_per_load_unit"), "stop-over-limit",
-                         f"{relative:g} x the load unit {unit:g} is {derived} {count_key}, more "
-                         f"than {limits.COUNT}", f"lower {count_key}_per_load_unit")
-            rec.note((*stp, count_key), "derived",
-                     f"max(1, round({relative} x {unit})) ({count_key}_per_load_unit x load unit)")
-        else:
-            resolved_stop[count_key] = rec.pick((*stp, count_key), absolute, 100)
-    return {"source": source, "load": resolved_load, "stop": resolved_stop}
+        count = rec.pick((*stp, count_key), absolute, DEFAULT_STOP_COUNT)
+    return spec.Stop(**{count_key: count})

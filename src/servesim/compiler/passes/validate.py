@@ -21,7 +21,8 @@ from servesim.rules import check_deployment
 
 
 def validate(cfg: ResolvedConfig, ctx: CompileContext) -> ValidatedConfig:
-    diags = check_deployment(cfg.mode, cfg.roles, cfg.kv_transfer)
+    p = cfg.payload
+    diags = check_deployment(p.mode, p.roles, p.kv_transfer)
     if diags:
         raise CompileError([attrs.evolve(d, stage="validate") for d in diags])
     return ValidatedConfig(cfg)
