@@ -24,6 +24,7 @@ from typing import Any
 
 from rich.console import Console
 
+from servesim import codes
 from servesim.compiler import STAGES, compile_source
 from servesim.compiler.model.resolved import ResolvedConfig, ValidatedConfig
 from servesim.compiler.source import SourceText, read_input
@@ -208,7 +209,7 @@ def _registry(modules: list[str]) -> EngineRegistry:
             plugins.append(importlib.import_module(name))
         except PLUGIN_FAULTS as exc:
             raise ServesimError([Diagnostic(
-                code="plugin-import", location=f"--plugin {name}",
+                code=codes.PLUGIN_IMPORT, location=f"--plugin {name}",
                 message=f"cannot import plugin module: {type(exc).__name__}: {exc}")]) from exc
     return EngineRegistry.collect(get_plugin_manager(plugins=plugins))
 
@@ -337,7 +338,7 @@ def load_input(path: str, registry: EngineRegistry,
         return payload, None
     if settings:
         raise PayloadError([Diagnostic(
-            code="bad-override", location=f"--set {settings[0]}",
+            code=codes.BAD_OVERRIDE, location=f"--set {settings[0]}",
             message="--set changes a TOML config, and this is a compiled payload",
             hint="replay the config with --set, or compile it again with the change")])
     raw = read_input(p, "a JSON payload", PayloadError)
@@ -346,7 +347,7 @@ def load_input(path: str, registry: EngineRegistry,
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # nested too deep, too long
         where = f"{path}:{exc.lineno}:{exc.colno}" if isinstance(exc, json.JSONDecodeError) \
             else path
-        raise PayloadError([Diagnostic(code="payload-json", location=where,
+        raise PayloadError([Diagnostic(code=codes.PAYLOAD_JSON, location=where,
                                        message=f"not a JSON payload: {exc}")]) from None
     if isinstance(data, dict):
         anchor_paths(data, str(p.resolve().parent))  # paths in a payload file are file-relative
@@ -408,7 +409,7 @@ def _nothing_completed(where: str, report: dict[str, Any]) -> Diagnostic:
              for status, why in (("rejected", REJECTED_WHY), ("incomplete", INCOMPLETE_WHY))
              if report.get(f"{status}_requests", 0)]
     return Diagnostic(
-        code="nothing-completed", location=where,
+        code=codes.NOTHING_COMPLETED, location=where,
         message=f"no request of {report['num_requests']} completed: {'; '.join(parts)}",
         hint="shorten the prompts or raise engine.context_length and the KV cache "
         "(kv_cache.memory_fraction, more GPUs per worker); or let the replay run longer")
@@ -422,7 +423,7 @@ def _calibrate(args: argparse.Namespace, registry: EngineRegistry, out: Console,
 
     if not 0.0 <= args.output_spread < 1.0:  # also NaN
         raise ServesimError([Diagnostic(
-            code="usage", location="--output-spread",
+            code=codes.BAD_ARGUMENT, location="--output-spread",
             message=f"must be in [0, 1), got {args.output_spread}",
             hint="0.2 spreads output lengths by +-20%; 0 replays the clients in lockstep")])
     output = _output_path(args.output, "-o")
@@ -566,7 +567,7 @@ def _not_an_input(outputs: dict[str, str | None], inputs: list[str]) -> None:
         problem = seen.get(key)
         if problem:
             raise ServesimError([Diagnostic(
-                code="output-path", location=f"{flag} {arg}", message=problem,
+                code=codes.OUTPUT_PATH, location=f"{flag} {arg}", message=problem,
                 hint="give the path of another file")])
         seen[key] = f"this is also the {flag} file: one output would overwrite the other"
 
@@ -577,7 +578,7 @@ def _write_error(flag: str, arg: str, exc: OSError) -> ServesimError:
     else:
         problem = str(exc.strerror or exc)
     return ServesimError([Diagnostic(
-        code="output-path", location=f"{flag} {arg}",
+        code=codes.OUTPUT_PATH, location=f"{flag} {arg}",
         message=f"cannot write this file: {problem}",
         hint="give the path of a file in a folder you can write")])
 

@@ -27,7 +27,7 @@ from cattrs.errors import (
 )
 from cattrs.gen import make_dict_structure_fn
 
-from servesim import backends
+from servesim import backends, codes
 from servesim.errors import Diagnostic, Path, format_path
 
 T = TypeVar("T")
@@ -36,7 +36,7 @@ T = TypeVar("T")
 class _TypeMismatch(Exception):
     """Raised by the strict hooks; carries a user-facing message."""
 
-    def __init__(self, message: str, code: str = "wrong-type") -> None:
+    def __init__(self, message: str, code: str = codes.WRONG_TYPE) -> None:
         super().__init__(message)
         self.message = message
         self.code = code
@@ -68,7 +68,7 @@ def _float(value: Any, _: Any = None) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise _TypeMismatch(f"expected a number, got {_describe(value)}")
     if isinstance(value, float) and not math.isfinite(value):
-        raise _TypeMismatch(f"expected a finite number, got {value!r}", "not-finite")
+        raise _TypeMismatch(f"expected a finite number, got {value!r}", codes.NOT_FINITE)
     return float(value)
 
 
@@ -105,7 +105,7 @@ def _structure_literal(value: Any, tp: Any) -> Any:
     if isinstance(value, str) and value in allowed:
         return value
     raise _TypeMismatch(f"expected one of {_choices(allowed)}, got {_describe(value)}",
-                        "bad-choice")
+                        codes.BAD_CHOICE)
 
 
 def _backend_name(value: Any, _: Any = None) -> backends.BackendName:
@@ -114,7 +114,7 @@ def _backend_name(value: Any, _: Any = None) -> backends.BackendName:
     if isinstance(value, str) and value in allowed:
         return backends.BackendName(value)
     raise _TypeMismatch(f"expected one of {_choices(allowed)}, got {_describe(value)}",
-                        "bad-choice")
+                        codes.BAD_CHOICE)
 
 
 def _structure_scalar_union(value: Any, tp: Any) -> Any:
@@ -229,7 +229,7 @@ def _structure_tagged_union(conv: cattrs.Converter) -> Callable[[Any, Any], Any]
         tag = value.get("type", next(iter(members)))  # absent: the first member's
         if not isinstance(tag, str) or tag not in members:
             exc = _TypeMismatch(f"expected one of {_choices(tuple(members))}, got "
-                                f"{_describe(tag)}", "bad-choice")
+                                f"{_describe(tag)}", codes.BAD_CHOICE)
             exc.__notes__ = [AttributeValidationNote("@ key type", "type", str)]
             raise ClassValidationError(f"While structuring {tp}", [exc], dict)
         return conv.structure(value, members[tag])
@@ -276,7 +276,7 @@ def _walk(exc: BaseException, path: Path, cls: Any) -> Iterator[Diagnostic]:
             hint = f"did you mean '{close}'?" if close else None
             allowed = ", ".join(known)
             yield Diagnostic(
-                code="unknown-key",
+                code=codes.UNKNOWN_KEY,
                 message=f"unknown key '{key}' (allowed here: {allowed})",
                 path=(*path, key),
                 hint=hint,
@@ -298,20 +298,20 @@ def _walk(exc: BaseException, path: Path, cls: Any) -> Iterator[Diagnostic]:
         return
     if isinstance(exc, KeyError):
         key = exc.args[0] if exc.args else "?"
-        yield Diagnostic(code="missing-key", message=f"required key '{key}' is missing",
+        yield Diagnostic(code=codes.MISSING_KEY, message=f"required key '{key}' is missing",
                          path=path)
         return
     if isinstance(exc, TypeError) and "missing" in str(exc):
-        yield Diagnostic(code="missing-key", message=str(exc), path=path)
+        yield Diagnostic(code=codes.MISSING_KEY, message=str(exc), path=path)
         return
-    yield Diagnostic(code="invalid-value", message=str(exc) or type(exc).__name__, path=path)
+    yield Diagnostic(code=codes.INVALID_VALUE, message=str(exc) or type(exc).__name__, path=path)
 
 
 def structure(conv: cattrs.Converter, data: Any, cls: type[T], root: Path = ()) -> tuple[
         T | None, list[Diagnostic]]:
     """Structure ``data`` into ``cls``; on failure return every problem as a Diagnostic."""
     if not isinstance(data, dict):
-        return None, [Diagnostic(code="wrong-type",
+        return None, [Diagnostic(code=codes.WRONG_TYPE,
                                  message=f"expected a table, got {_describe(data)}", path=root)]
     try:
         return conv.structure(data, cls), []
@@ -329,6 +329,24 @@ def _dedupe(diags: list[Diagnostic]) -> list[Diagnostic]:
             seen.add(key)
             out.append(d)
     return out
+
+
+def structure_options(cls: type, data: Any, path: Path, owner: str) -> tuple[Any, list[Diagnostic]]:
+    """A plugin's options table (``[engine.options]``, a timing type's ``options``) as an
+    instance of its attrs ``Options`` class ``cls``, defaults applied and limits checked; or
+    ``None`` and diagnostics located under ``path``. ``owner`` names whose options they are.
+    """
+    if data is None:
+        data = {}
+    if isinstance(data, dict) and data and not attrs.fields(cls):
+        return None, [Diagnostic(code=codes.UNKNOWN_KEY, path=(*path, key),
+                                 message=f"unknown key '{key}' ({owner} has no options)")
+                      for key in data]
+    options, diags = structure(make_converter(), data, cls, path)
+    if options is None:
+        return None, diags
+    diags = check_limits(options, path)
+    return (None, diags) if diags else (options, [])
 
 
 def check_limits(obj: Any, root: Path = (),
@@ -361,12 +379,13 @@ def check_limits_of_field(f: Any, value: Any, path: Path) -> list[Diagnostic]:
             continue
         p = path if idx is None else (*path, idx)
         if isinstance(v, float) and not math.isfinite(v):
-            out.append(Diagnostic(code="not-finite", message=f"expected a finite number, got {v}",
+            out.append(Diagnostic(code=codes.NOT_FINITE,
+                                  message=f"expected a finite number, got {v}",
                                   path=p))
             continue
         bad_lo = lo is not None and (v <= lo if f.metadata.get("lo_open") else v < lo)
         if bad_lo or (hi is not None and v > hi):
-            out.append(Diagnostic(code="out-of-range", message=_range_message(f.metadata, v),
+            out.append(Diagnostic(code=codes.OUT_OF_RANGE, message=_range_message(f.metadata, v),
                                   path=p))
     return out
 

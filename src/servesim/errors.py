@@ -11,10 +11,12 @@ identifier that scripts may match on.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Literal, Protocol
 
 import attrs
+
+from servesim import codes
 
 Severity = Literal["error", "warning"]
 Path = tuple[str | int, ...]
@@ -93,11 +95,14 @@ def plugin_bug(source: _Labelled, message: str, where: str = "") -> PluginError:
     """The error reported when plugin code misbehaves (``source``: the plugin, as
     :class:`servesim.plugins.manager.PluginSource` names it; ``where``: its file and line)."""
     return PluginError([Diagnostic(
-        code="plugin-error", location=f"plugin {source.label()}", message=message,
+        code=codes.PLUGIN_ERROR, location=f"plugin {source.label()}", message=message,
         hint=f"this is a bug in the plugin{where}, not in servesim or your input; report it "
         "to the plugin's authors")])
 
 
-def error(code: str, message: str, path: Sequence[str | int] = (), **kw: str | None) -> Diagnostic:
-    """Shorthand used by passes and rules: ``error("bad-x", "must be positive", ("a", "b"))``."""
-    return Diagnostic(code=code, message=message, path=tuple(path), **kw)  # type: ignore[arg-type]
+def error(code: str, path: Path, message: str, hint: str | None = None, *,
+          location: str | None = None, stage: str | None = None) -> Diagnostic:
+    """A diagnostic as rules and passes write it: ``error(codes.X, path, "why", "what to
+    do")``; ``location`` instead of a path for a file position."""
+    return Diagnostic(code=code, message=message, path=tuple(path), location=location,
+                      hint=hint, stage=stage)

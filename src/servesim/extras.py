@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from servesim import codes
 from servesim.errors import Diagnostic, ServesimError
 
 
@@ -15,6 +16,6 @@ def require(module: str, extra: str, feature: str, location: str) -> Any:
         return importlib.import_module(module)
     except ImportError:
         raise ServesimError([Diagnostic(
-            code="missing-extra", location=location,
+            code=codes.MISSING_EXTRA, location=location,
             message=f"{feature} needs {module.split('.')[0]}, which is not installed",
             hint=f"pip install 'servesim[{extra}]'")]) from None

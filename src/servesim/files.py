@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
+from servesim import codes
+
 MiB = 1024 * 1024
 TEMP_PREFIX = ".servesim-"  # short: an output's name may take all 255 bytes a name allows
 
@@ -39,27 +41,27 @@ def read_bounded(path: str | Path, what: str, limit: int) -> bytes:
         # non-blocking: opening a FIFO without a writer returns at once (then is refused)
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
-        raise Unreadable("file not found", "file-not-found") from None
+        raise Unreadable("file not found", codes.FILE_NOT_FOUND) from None
     except IsADirectoryError:
-        raise Unreadable(f"is a directory, expected {what}", "file-unreadable") from None
+        raise Unreadable(f"is a directory, expected {what}", codes.FILE_UNREADABLE) from None
     except OSError as exc:  # a symbolic-link loop, no permission, a name too long
-        raise Unreadable(f"cannot read: {exc.strerror or exc}", "file-unreadable") from None
+        raise Unreadable(f"cannot read: {exc.strerror or exc}", codes.FILE_UNREADABLE) from None
     try:
         mode = os.fstat(fd).st_mode
         if stat.S_ISDIR(mode):
-            raise Unreadable(f"is a directory, expected {what}", "file-unreadable")
+            raise Unreadable(f"is a directory, expected {what}", codes.FILE_UNREADABLE)
         if not stat.S_ISREG(mode):
             raise Unreadable(f"is not a regular file (a device, pipe or socket), expected "
-                             f"{what}", "file-unreadable")
+                             f"{what}", codes.FILE_UNREADABLE)
         with os.fdopen(fd, "rb", closefd=False) as f:
             data = f.read(limit + 1)
     except OSError as exc:
-        raise Unreadable(f"cannot read: {exc.strerror or exc}", "file-unreadable") from None
+        raise Unreadable(f"cannot read: {exc.strerror or exc}", codes.FILE_UNREADABLE) from None
     finally:
         os.close(fd)
     if len(data) > limit:
         raise Unreadable(f"file is over {limit} bytes, the most {what} may be",
-                         "file-too-large")
+                         codes.FILE_TOO_LARGE)
     return data
 
 

@@ -18,7 +18,7 @@ from typing import Literal
 
 import attrs
 
-from servesim import backends
+from servesim import backends, codes
 from servesim.catalog import ATTENTION_KINDS, GpuSpec, ModelInfo, dtype_name_bytes
 
 __all__ = [
@@ -110,25 +110,25 @@ def parallel_problems(model: ModelInfo, *, tensor: int, pipeline: int, attention
     """``(parallelism key, code, message)`` for each way the shape does not fit ``model``."""
     problem = tensor_split_problem(model, tensor)
     if problem:
-        yield "tensor", "indivisible-heads", problem
+        yield "tensor", codes.INDIVISIBLE_HEADS, problem
     if pipeline > model.num_layers:
-        yield "pipeline", "pipeline-over-layers", (
+        yield "pipeline", codes.PIPELINE_OVER_LAYERS, (
             f"pipeline={pipeline} exceeds the {model.num_layers} layers of {model.name!r}: "
             "every pipeline stage holds at least one layer")
     if not model.is_moe:
         for key, value in (("moe_tensor", moe_tensor), ("moe_expert", moe_expert)):
             if value != 1:
-                yield key, "moe-parallel-dense", (
+                yield key, codes.MOE_PARALLEL_DENSE, (
                     f"{key}={value}, but {model.name!r} has no routed experts to split")
         return
     attention_gpus = tensor * attention_data
     if moe_tensor * moe_expert != attention_gpus:
-        yield "moe_expert", "moe-parallel-shape", (
+        yield "moe_expert", codes.MOE_PARALLEL_SHAPE, (
             f"moe_tensor x moe_expert = {moe_tensor} x {moe_expert} must equal tensor x "
             f"attention_data = {attention_gpus}: the experts are split over the GPUs of a "
             "pipeline stage")
     if moe_expert > model.num_experts:
-        yield "moe_expert", "moe-parallel-shape", (
+        yield "moe_expert", codes.MOE_PARALLEL_SHAPE, (
             f"moe_expert={moe_expert} exceeds the {model.num_experts} routed experts of "
             f"{model.name!r}: every expert-parallel rank holds at least one")
 

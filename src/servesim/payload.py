@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 import attrs
 
+from servesim import codes
 from servesim import limits as L
 from servesim.limits import bounded
 from servesim.workloads.spec import WorkloadSpec, located, workload_to_data
@@ -64,6 +65,8 @@ class TimingArgs:
     kv_quant: str | None = None
     backend_version: str | None = None
     calibration: CalibrationArgs | None = None  # from a calibration file, any timing type
+    # the provider's own options (its Options class, defaults applied); None: it has none
+    options: dict[str, Any] | None = None
 
 
 @attrs.frozen
@@ -287,7 +290,7 @@ def load_payload(data: Any, *, name: str = "payload") -> Payload:
     from servesim.errors import Diagnostic, PayloadError
 
     if not isinstance(data, dict):
-        raise PayloadError([Diagnostic(code="payload-not-object", location=name,
+        raise PayloadError([Diagnostic(code=codes.PAYLOAD_NOT_OBJECT, location=name,
                                        message="a payload must be a JSON object")])
     version = data.get("schema_version")
     if version != SCHEMA_VERSION or isinstance(version, bool):
@@ -299,7 +302,7 @@ def load_payload(data: Any, *, name: str = "payload") -> Payload:
         else:
             problem = f"unsupported payload schema_version {version!r:.40}"
         raise PayloadError([Diagnostic(
-            code="payload-version", path=("schema_version",),
+            code=codes.PAYLOAD_VERSION, path=("schema_version",),
             message=f"{problem}; this servesim reads version {SCHEMA_VERSION}",
             hint="recompile the config with this servesim")])
     conv = make_converter()

@@ -19,6 +19,7 @@ from typing import Any
 
 import attrs
 
+from servesim import codes
 from servesim.backends import use_backends
 from servesim.engines.kernel.metrics import MetricsCollector, request_record_json
 from servesim.engines.kernel.requests import RequestRecord
@@ -125,7 +126,7 @@ def replay_payload(payload: Payload, *, registry: EngineRegistry, base_dir: Path
     engine = registry.get(payload.engine)
     if engine is None:
         raise PayloadError([Diagnostic(
-            code="unknown-engine", path=("engine",),
+            code=codes.UNKNOWN_ENGINE, path=("engine",),
             message=f"no engine named {payload.engine!r} is registered (registered: "
             f"{', '.join(registry.names()) or 'none'})")])
     hook = f"{type(engine).__qualname__}.%s"  # plugin errors name the engine method

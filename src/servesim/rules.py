@@ -20,19 +20,15 @@ from typing import Any
 
 import attrs
 
-from servesim import backends, limits
+from servesim import backends, codes, limits
 from servesim.backends.base import Backend, names_of
 from servesim.catalog import CatalogError, load_model
 from servesim.converter import check_limits, check_limits_of_field
-from servesim.errors import Diagnostic, Path
+from servesim.errors import Diagnostic, Path, error
 from servesim.geometry import parallel_problems, unpriced_weight_quant
 from servesim.payload import KvTransferArgs, RoleArgs, role_field_path
 
 RoleRule = Callable[[RoleArgs, Path], Iterator[Diagnostic]]
-
-
-def _d(code: str, path: Path, message: str, hint: str | None = None) -> Diagnostic:
-    return Diagnostic(code=code, message=message, path=path, hint=hint, stage="validate")
 
 
 def _takers(test: Callable[[Backend], bool]) -> str:
@@ -63,8 +59,8 @@ def backend_fields(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
     backend = known.get(r.backend)
     if backend is None:
         quoted = ", ".join(f'"{name}"' for name in known)
-        yield _d("unknown-backend", ("engine", "backend"),
-                 f"expected one of {quoted}, got {r.backend!r}")
+        yield error(codes.UNKNOWN_BACKEND, ("engine", "backend"),
+                    f"expected one of {quoted}, got {r.backend!r}")
         return
     yield from backend.rules(r, path, tuple(known.values()))
 
@@ -78,18 +74,19 @@ def timing_values(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
         for key in ("prefill_ms", "decode_ms"):
             v = getattr(t, key)
             if v is None:
-                yield _d("timing-fixed", (*tp, key),
-                         "fixed timing requires prefill_ms and decode_ms")
+                yield error(codes.TIMING_FIXED, (*tp, key),
+                            "fixed timing requires prefill_ms and decode_ms")
                 continue
             if not math.isfinite(v) or v < 0:
-                yield _d("timing-fixed", (*tp, key), f"must be a finite number >= 0, got {v}")
+                yield error(codes.TIMING_FIXED, (*tp, key),
+                            f"must be a finite number >= 0, got {v}")
     elif t.prefill_ms is not None or t.decode_ms is not None:
-        yield _d("timing-fixed", tp, f"{t.type} timing rejects fixed timing values "
-                 "(prefill_ms, decode_ms)")
+        yield error(codes.TIMING_FIXED, tp, f"{t.type} timing rejects fixed timing values "
+                    "(prefill_ms, decode_ms)")
     if t.type == "table" and t.path is None:
-        yield _d("timing-table", (*tp, "path"), "table timing requires path (a CSV file)")
+        yield error(codes.TIMING_TABLE, (*tp, "path"), "table timing requires path (a CSV file)")
     if t.type != "table" and t.path is not None:
-        yield _d("timing-table", (*tp, "path"), f"{t.type} timing rejects path")
+        yield error(codes.TIMING_TABLE, (*tp, "path"), f"{t.type} timing rejects path")
     # the weight precision the default and measured timings price comes from the engine's
     # quant modes; the measured timing also reads the KV precision and backend version
     model_timings = ("default", "measured")
@@ -99,8 +96,8 @@ def timing_values(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
         if getattr(t, key) is not None and t.type not in readers:
             only = "the default and measured timings read" if len(readers) > 1 \
                 else "the measured timing reads"
-            yield _d("timing-quant", (*tp, key), f"{t.type} timing rejects {key}, which "
-                     f"only {only}")
+            yield error(codes.TIMING_QUANT, (*tp, key), f"{t.type} timing rejects {key}, which "
+                        f"only {only}")
     if t.type != "default":
         return
     for key, config_key in (("gemm_quant", "gemm_quant_mode"), ("moe_quant", "moe_quant_mode")):
@@ -110,8 +107,8 @@ def timing_values(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
         problem = unpriced_weight_quant(name)
         # experts that follow the GEMMs' precision are reported with it, once
         if problem and not (key == "moe_quant" and name == t.gemm_quant):
-            yield _d("timing-unsupported", ("engine", config_key), problem,
-                     'choose a precision it prices, or timing.type = "table" / "fixed"')
+            yield error(codes.TIMING_UNSUPPORTED, ("engine", config_key), problem,
+                        'choose a precision it prices, or timing.type = "table" / "fixed"')
 
 
 def state_cache_geometry(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
@@ -122,28 +119,28 @@ def state_cache_geometry(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
         return
     backend = backends.policy(r.backend)
     if backend is not None and not backend.state_cache:  # else backend_fields reports it
-        yield _d("state-cache-backend", (*kp, "state_cache"),
-                 f"state_cache requires {_takers(lambda b: b.state_cache)}, got "
-                 f"backend={r.backend}")
+        yield error(codes.STATE_CACHE_BACKEND, (*kp, "state_cache"),
+                    f"state_cache requires {_takers(lambda b: b.state_cache)}, got "
+                    f"backend={r.backend}")
     if r.block_size < 2:
-        yield _d("state-cache-block", (*kp, "block_size"),
-                 "state_cache requires block_size at least two for vLLM")
+        yield error(codes.STATE_CACHE_BLOCK, (*kp, "block_size"),
+                    "state_cache requires block_size at least two for vLLM")
     block_bytes = r.block_size * r.kv_bytes_per_token
     needed = -(-sc.bytes_per_request // block_bytes) if block_bytes > 0 else 0
     if needed != sc.state_blocks:
-        yield _d("state-cache-blocks", (*kp, "state_cache", "state_blocks"),
-                 f"must be ceil(bytes_per_request / block bytes) = ceil({sc.bytes_per_request}"
-                 f" / {block_bytes}) = {needed}, got {sc.state_blocks}")
+        yield error(codes.STATE_CACHE_BLOCKS, (*kp, "state_cache", "state_blocks"),
+                    f"must be ceil(bytes_per_request / block bytes) = ceil({sc.bytes_per_request}"
+                    f" / {block_bytes}) = {needed}, got {sc.state_blocks}")
     elif sc.allocated_bytes_per_request != needed * block_bytes and _in_limits(
             sc, "allocated_bytes_per_request"):  # else value_limits reports it
-        yield _d("state-cache-blocks", (*kp, "state_cache", "allocated_bytes_per_request"),
-                 f"must be state_blocks x block bytes = {needed} x {block_bytes} = "
-                 f"{needed * block_bytes}, got {sc.allocated_bytes_per_request}")
+        yield error(codes.STATE_CACHE_BLOCKS, (*kp, "state_cache", "allocated_bytes_per_request"),
+                    f"must be state_blocks x block bytes = {needed} x {block_bytes} = "
+                    f"{needed * block_bytes}, got {sc.allocated_bytes_per_request}")
     if r.num_gpu_blocks < sc.state_blocks + 1:
-        yield _d("state-cache-capacity", (*kp, "capacity"),
-                 "state_cache capacity must fit one token block and one request state: "
-                 f"{r.num_gpu_blocks} blocks of {r.block_size} tokens < {sc.state_blocks} state "
-                 f"blocks + 1", "raise capacity.blocks or capacity.bytes")
+        yield error(codes.STATE_CACHE_CAPACITY, (*kp, "capacity"),
+                    "state_cache capacity must fit one token block and one request state: "
+                    f"{r.num_gpu_blocks} blocks of {r.block_size} tokens < {sc.state_blocks} state "
+                    f"blocks + 1", "raise capacity.blocks or capacity.bytes")
 
 
 def prefix_match_unit(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
@@ -159,19 +156,19 @@ def prefix_match_unit(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
         return
     up = (*path, "kv_cache", "prefix_match_unit")
     if r.state_cache is None:
-        yield _d("prefix-match-unit-requires-state-cache", up,
-                 "prefix_match_unit currently requires state_cache")
+        yield error(codes.PREFIX_MATCH_UNIT_REQUIRES_STATE_CACHE, up,
+                    "prefix_match_unit currently requires state_cache")
         return
     if unit < 1 or r.block_size % unit != 0:
-        yield _d("prefix-match-unit-not-divisor", up,
-                 "prefix_match_unit must be a positive divisor of the resolved block_size "
-                 f"{r.block_size}, got {unit}")
+        yield error(codes.PREFIX_MATCH_UNIT_NOT_DIVISOR, up,
+                    "prefix_match_unit must be a positive divisor of the resolved block_size "
+                    f"{r.block_size}, got {unit}")
         return
     if r.speculation is not None and unit != r.block_size:
-        yield _d("prefix-match-unit-speculation", up,
-                 "prefix_match_unit does not support speculative decoding (speculation or "
-                 f"nextn > 0) unless it equals the resolved block_size {r.block_size}, got "
-                 f"{unit}", f"set prefix_match_unit = {r.block_size} or remove it")
+        yield error(codes.PREFIX_MATCH_UNIT_SPECULATION, up,
+                    "prefix_match_unit does not support speculative decoding (speculation or "
+                    f"nextn > 0) unless it equals the resolved block_size {r.block_size}, got "
+                    f"{unit}", f"set prefix_match_unit = {r.block_size} or remove it")
 
 
 def speculation(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
@@ -181,22 +178,22 @@ def speculation(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
         return
     sp = ("engine", "speculation")
     if not 1 <= s.num_speculative_tokens <= 5:
-        yield _d("speculation-tokens", (*sp, "num_speculative_tokens"),
-                 f"must be in [1, 5], got {s.num_speculative_tokens}")
+        yield error(codes.SPECULATION_TOKENS, (*sp, "num_speculative_tokens"),
+                    f"must be in [1, 5], got {s.num_speculative_tokens}")
     if len(s.acceptance_rates) != s.num_speculative_tokens:
-        yield _d("speculation-rates", (*sp, "acceptance_rates"),
-                 "acceptance_rates must contain one conditional probability per speculative "
-                 f"token: {s.num_speculative_tokens} expected, got {len(s.acceptance_rates)}")
+        yield error(codes.SPECULATION_RATES, (*sp, "acceptance_rates"),
+                    "acceptance_rates must contain one conditional probability per speculative "
+                    f"token: {s.num_speculative_tokens} expected, got {len(s.acceptance_rates)}")
     for i, rate in enumerate(s.acceptance_rates):
         if not (math.isfinite(rate) and 0.0 <= rate <= 1.0):
-            yield _d("speculation-rates", (*sp, "acceptance_rates", i),
-                     f"must be in [0, 1], got {rate}")
+            yield error(codes.SPECULATION_RATES, (*sp, "acceptance_rates", i),
+                        f"must be in [0, 1], got {rate}")
     backend = backends.policy(r.backend)
     if s.kind == "ngram" and backend is not None and not backend.ngram_speculation:
         takers = [n for n, b in backends.registered().items() if b.ngram_speculation]
-        yield _d("speculation-backend", (*sp, "kind"),
-                 f"ngram speculation requires {' or '.join(takers) or 'another backend'}"
-                 f" aggregated/disaggregated language workers, got backend={r.backend}")
+        yield error(codes.SPECULATION_BACKEND, (*sp, "kind"),
+                    f"ngram speculation requires {' or '.join(takers) or 'another backend'}"
+                    f" aggregated/disaggregated language workers, got backend={r.backend}")
 
 
 def parallelism(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
@@ -211,17 +208,17 @@ def parallelism(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
     for key, code, message in parallel_problems(
             model, tensor=r.tensor, pipeline=r.pipeline, attention_data=r.attention_data,
             moe_tensor=r.moe_tensor, moe_expert=r.moe_expert):
-        yield _d(code, (*path, "parallelism", key), message)
+        yield error(code, (*path, "parallelism", key), message)
 
 
 def startup(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
     """``startup_seconds`` delays workers that join during a run; a replay starts every
     worker at t=0 and adds none, so a value would change nothing: refused, not ignored."""
     if r.startup_seconds and _in_limits(r, "startup_seconds"):
-        yield _d("unsupported-field", (*path, "startup_seconds"),
-                 f"startup_seconds = {r.startup_seconds:g} would have no effect: it delays "
-                 "workers that join during a run, and a replay starts every worker at t=0",
-                 "remove startup_seconds")
+        yield error(codes.UNSUPPORTED_FIELD, (*path, "startup_seconds"),
+                    f"startup_seconds = {r.startup_seconds:g} would have no effect: it delays "
+                    "workers that join during a run, and a replay starts every worker at t=0",
+                    "remove startup_seconds")
 
 
 def rank_count(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
@@ -230,11 +227,11 @@ def rank_count(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
         return  # value_limits reports it
     ranks = r.replicas * r.attention_data
     if ranks > limits.RANKS:
-        yield _d("out-of-range", (*path, "parallelism"),
-                 f"replicas x attention_data = {r.replicas} x {r.attention_data} = {ranks} "
-                 f"scheduler ranks, more than the {limits.RANKS} a replay holds",
-                 "lower replicas or attention_data (a replay of fewer replicas with the same "
-                 "load per replica gives the same latencies)")
+        yield error(codes.OUT_OF_RANGE, (*path, "parallelism"),
+                    f"replicas x attention_data = {r.replicas} x {r.attention_data} = {ranks} "
+                    f"scheduler ranks, more than the {limits.RANKS} a replay holds",
+                    "lower replicas or attention_data (a replay of fewer replicas with the same "
+                    "load per replica gives the same latencies)")
 
 
 ROLE_RULES: tuple[RoleRule, ...] = (
@@ -249,16 +246,16 @@ def check_deployment(mode: str, roles: Mapping[str, RoleArgs],
     out: list[Diagnostic] = []
     expected = {"aggregated": {"aggregated"}, "disaggregated": {"prefill", "decode"}}.get(mode)
     if expected is None:
-        return [_d("unknown-mode", ("engine", "mode"),
-                   f"expected \"aggregated\" or \"disaggregated\", got {mode!r}")]
+        return [error(codes.UNKNOWN_MODE, ("engine", "mode"),
+                      f"expected \"aggregated\" or \"disaggregated\", got {mode!r}")]
     if set(roles) != expected:
-        out.append(_d("role-mode-mismatch", ("engine", "workers"),
-                      f"{mode} mode requires workers {sorted(expected)}, got {sorted(roles)}"))
+        out.append(error(codes.ROLE_MODE_MISMATCH, ("engine", "workers"),
+                         f"{mode} mode requires workers {sorted(expected)}, got {sorted(roles)}"))
     for name, role in roles.items():
         path = role_path(name)
         if role.worker_type != name and name in expected:  # else the roles are misnamed
-            out.append(_d("role-mismatch", (*path, "worker_type"),
-                          f"must be {name!r}, got {role.worker_type!r}"))
+            out.append(error(codes.ROLE_MISMATCH, (*path, "worker_type"),
+                             f"must be {name!r}, got {role.worker_type!r}"))
         for rule in ROLE_RULES:
             out.extend(rule(role, path))
     if mode == "disaggregated" and expected <= set(roles):
@@ -266,8 +263,8 @@ def check_deployment(mode: str, roles: Mapping[str, RoleArgs],
     elif kv_transfer is not None:
         # a hand-written payload is held to the config's rule (and to the limits)
         if mode == "aggregated":
-            out.append(_d("role-mode-mismatch", ("engine", "kv_transfer"),
-                          "aggregated mode rejects kv_transfer"))
+            out.append(error(codes.ROLE_MODE_MISMATCH, ("engine", "kv_transfer"),
+                             "aggregated mode rejects kv_transfer"))
         out.extend(attrs.evolve(d, stage="validate")
                    for d in check_limits(kv_transfer, ("engine", "kv_transfer")))
     # a rule about the deployment applies once, not once per role
@@ -277,7 +274,7 @@ def check_deployment(mode: str, roles: Mapping[str, RoleArgs],
         key = (repr(d.path), d.message)
         if key not in seen:
             seen.add(key)
-            unique.append(d)
+            unique.append(attrs.evolve(d, stage="validate"))
     return unique
 
 
@@ -285,17 +282,17 @@ def _pd_rules(prefill: RoleArgs, decode: RoleArgs,
               kv_transfer: KvTransferArgs | None) -> Iterator[Diagnostic]:
     """Prefill/decode pairing (V9, V25 [newer], V47, V48)."""
     if prefill.model != decode.model:  # the decode workers read the prefill workers' KV
-        yield _d("pd-model", ("engine", "model"),
-                 "prefill and decode must serve the same model, got "
-                 f"{prefill.model!r:.80} and {decode.model!r:.80}")
+        yield error(codes.PD_MODEL, ("engine", "model"),
+                    "prefill and decode must serve the same model, got "
+                    f"{prefill.model!r:.80} and {decode.model!r:.80}")
     if prefill.backend != decode.backend:
-        yield _d("pd-backend", ("engine", "backend"),
-                 "prefill and decode must use the same backend, got "
-                 f"{prefill.backend} and {decode.backend}")
+        yield error(codes.PD_BACKEND, ("engine", "backend"),
+                    "prefill and decode must use the same backend, got "
+                    f"{prefill.backend} and {decode.backend}")
     if (prefill.state_cache is None) != (decode.state_cache is None):
         missing = "prefill" if prefill.state_cache is None else "decode"
-        yield _d("pd-state-cache", (*role_path(missing), "kv_cache", "state_cache"),
-                 "a disaggregated state_cache requires it on both prefill and decode workers")
+        yield error(codes.PD_STATE_CACHE, (*role_path(missing), "kv_cache", "state_cache"),
+                    "a disaggregated state_cache requires it on both prefill and decode workers")
     if kv_transfer is not None:
         for d in check_limits(kv_transfer, ("engine", "kv_transfer")):
             yield attrs.evolve(d, stage="validate")
@@ -305,8 +302,8 @@ def _pd_rules(prefill: RoleArgs, decode: RoleArgs,
         if kv_transfer.state_bytes != state:
             should = ("0: the prefill role has no state_cache to send" if prefill.state_cache
                       is None else f"the prefill role's state_cache.bytes_per_request, {state}")
-            yield _d("pd-state-cache", ("engine", "kv_transfer", "state_bytes"),
-                     f"must be {should}, got {kv_transfer.state_bytes}")
+            yield error(codes.PD_STATE_CACHE, ("engine", "kv_transfer", "state_bytes"),
+                        f"must be {should}, got {kv_transfer.state_bytes}")
 
 
 def prompt_over_budget(role: RoleArgs, request_id: int, tokens: int) -> Diagnostic | None:
@@ -318,7 +315,7 @@ def prompt_over_budget(role: RoleArgs, request_id: int, tokens: int) -> Diagnost
             role.max_model_len is not None and tokens >= role.max_model_len):
         return None
     return Diagnostic(
-        code="request-unschedulable",
+        code=codes.REQUEST_UNSCHEDULABLE,
         path=("engine", "workers", role.worker_type, "scheduler", "max_batched_tokens"),
         message=f"request {request_id} needs {tokens} uncached prompt tokens in one pass, but "
         f"chunked prefill is disabled and max_batched_tokens is {role.max_batched_tokens}; "
@@ -335,9 +332,9 @@ def _transfer_time(decode: RoleArgs, kv: KvTransferArgs) -> Iterator[Diagnostic]
     tokens = decode.max_model_len or limits.TOKENS
     longest = transfer_delay_ms(attrs.evolve(kv, timing_mode="full_prompt"), tokens, tokens)
     if longest > limits.VIRTUAL_MS:
-        yield _d("out-of-range", ("engine", "kv_transfer", "bandwidth_gb_per_second"),
-                 f"a {tokens}-token prompt at bytes_per_token = {kv.bytes_per_token}"
-                 f"{f' plus state_bytes = {kv.state_bytes}' if kv.state_bytes else ''} takes "
-                 f"{longest:.3g} ms to cross {kv.bandwidth_gb_per_second:g} GB/s, more than "
-                 f"the {limits.VIRTUAL_MS:g} ms a replay spans",
-                 "raise bandwidth_gb_per_second, or check bytes_per_token")
+        yield error(codes.OUT_OF_RANGE, ("engine", "kv_transfer", "bandwidth_gb_per_second"),
+                    f"a {tokens}-token prompt at bytes_per_token = {kv.bytes_per_token}"
+                    f"{f' plus state_bytes = {kv.state_bytes}' if kv.state_bytes else ''} takes "
+                    f"{longest:.3g} ms to cross {kv.bandwidth_gb_per_second:g} GB/s, more than "
+                    f"the {limits.VIRTUAL_MS:g} ms a replay spans",
+                    "raise bandwidth_gb_per_second, or check bytes_per_token")

@@ -22,7 +22,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from servesim.errors import Diagnostic, Path
+from servesim import codes
+from servesim.errors import Diagnostic, Path, error
 
 SOURCE_TYPES = ("synthetic", "synthetic-session", "trace")
 RATE_LOADS = ("poisson", "constant_rate")
@@ -30,10 +31,6 @@ DEFAULT_INPUT_TOKENS = 1024
 
 SOURCE: Path = ("traffic", "source")
 LOAD: Path = ("traffic", "load")
-
-
-def _d(code: str, path: Path, message: str) -> Diagnostic:
-    return Diagnostic(code=code, message=message, path=path)
 
 
 def _number(value: Any) -> bool:
@@ -56,13 +53,13 @@ def _source(source: Mapping[str, Any]) -> Iterator[Diagnostic]:
     isl: Any = source.get("input_tokens", DEFAULT_INPUT_TOKENS)
     if (source.get("type", "synthetic") == "synthetic" and _number(cached) and _number(isl)
             and cached > isl):
-        yield _d("traffic-value", (*SOURCE, "cached_prefix_tokens"),
-                 f"cached_prefix_tokens must be <= input_tokens ({isl}), got {cached}")
+        yield error(codes.TRAFFIC_VALUE, (*SOURCE, "cached_prefix_tokens"),
+                    f"cached_prefix_tokens must be <= input_tokens ({isl}), got {cached}")
     ratio: Any = source.get("shared_prefix_ratio")
     groups: Any = source.get("prefix_groups")
     if _number(ratio) and ratio > 0 and not (_number(groups) and groups):
-        yield _d("traffic-value", (*SOURCE, "session", "prefix_groups"),
-                 "shared_prefix_ratio > 0 requires prefix_groups > 0")
+        yield error(codes.TRAFFIC_VALUE, (*SOURCE, "session", "prefix_groups"),
+                    "shared_prefix_ratio > 0 requires prefix_groups > 0")
 
 
 def _load(stype: Any, load: Mapping[str, Any]) -> Iterator[Diagnostic]:
@@ -71,17 +68,17 @@ def _load(stype: Any, load: Mapping[str, Any]) -> Iterator[Diagnostic]:
         return  # the caller reports the unknown source type
     ltype = load.get("type", "concurrency")
     if stype == "trace" and ltype in RATE_LOADS:
-        yield _d("traffic-load", (*LOAD, "type"),
-                 "trace load must be trace_timestamps or concurrency")
+        yield error(codes.TRAFFIC_LOAD, (*LOAD, "type"),
+                    "trace load must be trace_timestamps or concurrency")
     if stype != "trace" and ltype == "trace_timestamps":
-        yield _d("traffic-load", (*LOAD, "type"),
-                 f"{stype} source rejects trace_timestamps load; use concurrency, poisson or "
-                 "constant_rate")
+        yield error(codes.TRAFFIC_LOAD, (*LOAD, "type"),
+                    f"{stype} source rejects trace_timestamps load; use concurrency, poisson or "
+                    "constant_rate")
     if ltype in RATE_LOADS:
         want = rate_key(stype)
         other = "requests_per_second" if want == "sessions_per_second" else "sessions_per_second"
         if load.get(other) is not None:
-            yield _d("traffic-load", (*LOAD, other),
-                     f"rate unit does not match source type {stype!r}; use {want}")
+            yield error(codes.TRAFFIC_LOAD, (*LOAD, other),
+                        f"rate unit does not match source type {stype!r}; use {want}")
         elif load.get(want) is None:
-            yield _d("traffic-load", (*LOAD, want), f"{ltype} load requires {want}")
+            yield error(codes.TRAFFIC_LOAD, (*LOAD, want), f"{ltype} load requires {want}")

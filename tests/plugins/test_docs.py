@@ -44,3 +44,28 @@ def test_every_testing_fixture_is_documented() -> None:
     assert fixtures, "no fixtures found in servesim.testing"
     missing = [f for f in fixtures if not re.search(rf"\| `{f}` \|", text)]
     assert not missing, f"docs/plugins.md lacks a fixture table row for {missing}"
+
+
+def _documented_fields(heading: str) -> set[str]:
+    """The field names in the first column of the table under ``### `heading` ...``."""
+    text = DOC.read_text(encoding="utf-8")
+    section = text.split(f"### `{heading}`", 1)[1].split("\n#", 1)[0]
+    cells = re.findall(r"^\| ([^|]+) \|", section, re.M)
+    return {name for cell in cells for name in re.findall(r"`(\w+)`", cell)}
+
+
+@pytest.mark.parametrize("heading", ["RequestSpec", "RequestRecord", "ReplayResult",
+                                     "RoleArgs"])
+def test_every_field_of_a_type_a_plugin_sees_is_documented(heading: str) -> None:
+    import attrs
+
+    from servesim.engines.base import ReplayResult
+    from servesim.engines.kernel import requests
+    from servesim.payload import RoleArgs
+
+    cls = {"RequestSpec": requests.RequestSpec, "RequestRecord": requests.RequestRecord,
+           "ReplayResult": ReplayResult, "RoleArgs": RoleArgs}[heading]
+    fields = ({f.name for f in attrs.fields(cls)} if attrs.has(cls)
+              else set(inspect.signature(cls).parameters))
+    assert len(fields) >= 4
+    assert fields - _documented_fields(heading) == set()

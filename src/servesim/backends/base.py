@@ -18,7 +18,8 @@ from collections.abc import Iterator, Sequence
 from fractions import Fraction
 from typing import TYPE_CHECKING, ClassVar
 
-from servesim.errors import Diagnostic, Path
+from servesim import codes
+from servesim.errors import Diagnostic, Path, error
 
 if TYPE_CHECKING:
     from servesim.payload import RoleArgs
@@ -28,10 +29,6 @@ DEFAULT_TOKEN_BUDGET = 8192  # vLLM/TRT-LLM max_num_batched_tokens, SGLang chunk
 # the scheduler fields only some backends take (``[engine.workers.<role>.scheduler]``)
 BACKEND_ONLY_FIELDS = ("prefill_schedule_interval", "attention_dp_balance",
                        "prefill_decode_interval")
-
-
-def rule_diagnostic(code: str, path: Path, message: str, hint: str | None = None) -> Diagnostic:
-    return Diagnostic(code=code, message=message, path=path, hint=hint, stage="validate")
 
 
 class Backend:
@@ -111,7 +108,7 @@ class Backend:
         if r.block_size < self.min_block_size:
             smaller = _labels([b for b in registered if b.min_block_size < self.min_block_size])
             fussy = _labels([b for b in registered if b.min_block_size >= self.min_block_size])
-            yield rule_diagnostic("block-size-too-small", (*path, "kv_cache", "block_size"),
+            yield error(codes.BLOCK_SIZE_TOO_SMALL, (*path, "kv_cache", "block_size"),
                      f"{'/'.join(fussy)} require{'s' if len(fussy) == 1 else ''} block_size "
                      f">= {self.min_block_size}, got {r.block_size}",
                      f"{'/'.join(smaller)} is the only backend with single-token pages"
@@ -121,12 +118,12 @@ class Backend:
         for field in BACKEND_ONLY_FIELDS:
             if getattr(r, field) != neutral[field] and field not in self.scheduler_fields:
                 takers = [b for b in registered if field in b.scheduler_fields]
-                yield rule_diagnostic("backend-field", (*path, "scheduler", field),
+                yield error(codes.BACKEND_FIELD, (*path, "scheduler", field),
                          f"{field} is supported only for {names_of(takers)}, got "
                          f"backend={r.backend}", _FIELD_HINTS.get(field))
         yield from self.own_rules(r, path)
         if not r.enable_chunked_prefill and not self.chunked_prefill_optional:
-            yield rule_diagnostic("backend-field", ("engine", "enable_chunked_prefill"),
+            yield error(codes.BACKEND_FIELD, ("engine", "enable_chunked_prefill"),
                      f"enable_chunked_prefill = false is not supported for backend={r.backend}")
 
     def own_rules(self, r: RoleArgs, path: Path) -> Iterator[Diagnostic]:

@@ -7,8 +7,9 @@ from collections.abc import Iterator
 from fractions import Fraction
 from typing import TYPE_CHECKING, ClassVar
 
-from servesim.backends.base import DEFAULT_TOKEN_BUDGET, Backend, rule_diagnostic
-from servesim.errors import Diagnostic, Path
+from servesim import codes
+from servesim.backends.base import DEFAULT_TOKEN_BUDGET, Backend
+from servesim.errors import Diagnostic, Path, error
 
 if TYPE_CHECKING:
     from servesim.payload import RoleArgs
@@ -53,7 +54,8 @@ class Sglang(Backend):
         if r.prefill_decode_interval != 0:
             # It spaces SGLang's prefill passes, which the replay runs whenever there is
             # prompt work: refused rather than silently ignored.
-            yield rule_diagnostic("not-supported", (*path, "scheduler", "prefill_decode_interval"),
-                     "prefill_decode_interval is not supported yet: the replay runs SGLang's "
-                     "prefill passes whenever there is prompt work",
-                     "remove it (0, the default, is supported)")
+            yield error(
+                codes.NOT_SUPPORTED, (*path, "scheduler", "prefill_decode_interval"),
+                "prefill_decode_interval is not supported yet: the replay runs SGLang's "
+                "prefill passes whenever there is prompt work",
+                "remove it (0, the default, is supported)")

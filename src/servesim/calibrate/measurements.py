@@ -34,6 +34,7 @@ from typing import Any
 
 import attrs
 
+from servesim import codes
 from servesim import limits as L
 from servesim.errors import Diagnostic, WorkloadError
 
@@ -103,20 +104,20 @@ def _read(path: Path) -> bytes:
         with open(path, "rb") as f:
             raw = f.read(MAX_BYTES + 1)
     except FileNotFoundError:
-        raise _error(str(path), "file not found", code="file-not-found") from None
+        raise _error(str(path), "file not found", code=codes.FILE_NOT_FOUND) from None
     except IsADirectoryError:
         raise _error(str(path), "is a directory, expected a measurements file",
-                     code="file-unreadable") from None
+                     code=codes.FILE_UNREADABLE) from None
     except OSError as exc:
         raise _error(str(path), f"cannot read: {exc.strerror or exc}",
-                     code="file-unreadable") from None
+                     code=codes.FILE_UNREADABLE) from None
     if len(raw) > MAX_BYTES:
         raise _error(str(path), f"file is over {MAX_BYTES} bytes, the most a measurements "
-                     "file may be", code="file-too-large")
+                     "file may be", code=codes.FILE_TOO_LARGE)
     return raw
 
 
-def _error(location: str, message: str, code: str = "measurement-invalid",
+def _error(location: str, message: str, code: str = codes.MEASUREMENT_INVALID,
            hint: str | None = None) -> WorkloadError:
     return WorkloadError([Diagnostic(code=code, message=message, location=location,
                                      hint=hint)])

@@ -25,6 +25,7 @@ from typing import Any
 
 import attrs
 
+from servesim import codes
 from servesim.calibrate.fit import (
     FitResult,
     Latencies,
@@ -170,7 +171,7 @@ def calibrate(payload: Payload, files: Sequence[MeasurementFile], *,
     points = [p for f in files for p in f.points]
     if len(points) > MAX_POINTS:
         raise ServesimError([Diagnostic(
-            code="calibrate-points", location=", ".join(os.path.basename(f.path)
+            code=codes.CALIBRATE_POINTS, location=", ".join(os.path.basename(f.path)
                                                         for f in files)[:200],
             message=f"{len(points)} measured points; calibrate on at most {MAX_POINTS} "
                     "(each is replayed about 20 times)",
@@ -183,7 +184,7 @@ def calibrate(payload: Payload, files: Sequence[MeasurementFile], *,
     for name, role in payload.roles.items():
         if role.timing.type in ("fixed",):
             raise ServesimError([Diagnostic(
-                code="calibrate-timing", path=("engine", "workers", name, "timing", "type"),
+                code=codes.CALIBRATE_TIMING, path=("engine", "workers", name, "timing", "type"),
                 message="fixed timing has nothing to calibrate against the measurements",
                 hint='use timing.type = "default" (or the provider you mean to predict with)')])
     result = fit(targets(points), list(payload.roles), predictor(

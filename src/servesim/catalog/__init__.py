@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 import attrs
 
+from servesim import codes
 from servesim.files import MiB, Unreadable, read_bounded
 
 __all__ = [
@@ -761,7 +762,7 @@ def load_model(name: str) -> ModelInfo:
             text = read_bounded(cfg, "a model's config.json", MAX_MODEL_CONFIG_BYTES).decode(
                 "utf-8-sig")
         except Unreadable as exc:
-            if exc.code == "file-not-found":
+            if exc.code == codes.FILE_NOT_FOUND:
                 raise ModelConfigError(f"model directory {name!r} has no config.json") from None
             raise ModelConfigError(f"cannot read {cfg}: {exc.message}") from None
         except UnicodeDecodeError as exc:

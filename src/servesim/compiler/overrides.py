@@ -14,6 +14,7 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from servesim import codes
 from servesim.errors import CompileError, Diagnostic
 
 if sys.version_info >= (3, 11):
@@ -27,7 +28,7 @@ HINT = ("write KEY=VALUE with KEY a dotted config path and VALUE a TOML value, e
 
 
 def _error(text: str, message: str, hint: str = HINT) -> CompileError:
-    return CompileError([Diagnostic(code="bad-override", location=f"--set {text}",
+    return CompileError([Diagnostic(code=codes.BAD_OVERRIDE, location=f"--set {text}",
                                     message=message, hint=hint)])
 
 
@@ -104,7 +105,7 @@ def apply_overrides(data: dict[str, Any], overrides: Iterable[Override]) -> dict
             if not isinstance(nxt, dict):
                 where = ".".join(key[:depth + 1])
                 raise CompileError([Diagnostic(
-                    code="bad-override", path=key,
+                    code=codes.BAD_OVERRIDE, path=key,
                     message=f"cannot set a key inside {where}: it is a "
                     f"{type(nxt).__name__}, not a table",
                     hint=f"set {where} itself, or a key of a table")])

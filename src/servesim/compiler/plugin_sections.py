@@ -17,9 +17,10 @@ from typing import Any
 
 import cattrs
 
+from servesim import codes
 from servesim.compiler.context import CompileContext, Registry
 from servesim.compiler.model.parsed import Engine as ParsedEngine
-from servesim.compiler.model.parsed import ParsedConfig
+from servesim.compiler.model.parsed import ParsedConfig, Timing
 from servesim.errors import CompileError, Diagnostic, Path
 
 DEFAULT_ENGINE = {"aggregated": "vllm", "disaggregated": "disagg"}
@@ -52,11 +53,12 @@ def _engine(e: ParsedEngine, registry: Registry) -> Iterator[Diagnostic]:
     name = selected_engine(e)
     cls = registry.engine_class(name)
     if cls is None:
-        yield _unknown("unknown-engine", ENGINE_PATH, "engine", name, registry.names())
+        yield _unknown(codes.UNKNOWN_ENGINE, ENGINE_PATH, "engine", name, registry.names())
         return
     mode = e.mode or "aggregated"
     if mode in DEFAULT_ENGINE and mode not in cls.MODES:
-        yield Diagnostic(code="engine-mode", path=ENGINE_PATH if e.engine else ("engine", "mode"),
+        yield Diagnostic(code=codes.ENGINE_MODE,
+                         path=ENGINE_PATH if e.engine else ("engine", "mode"),
                          message=f"engine {name!r} does not run {mode} deployments (it runs: "
                          f"{', '.join(cls.MODES)})")
     with registry.guard(name, f"{cls.__qualname__}.Options"):
@@ -75,15 +77,47 @@ def _timing(cfg: ParsedConfig, registry: Registry) -> Iterator[Diagnostic]:
         worker = getattr(cfg.engine.workers, role)
         kind = worker.timing.type if worker is not None and worker.timing is not None else None
         if kind is not None and kind not in known:
-            yield _unknown("unknown-timing", ("engine", "workers", role, "timing", "type"),
+            yield _unknown(codes.UNKNOWN_TIMING, ("engine", "workers", role, "timing", "type"),
                            "timing type", kind, known)
+        elif worker is not None and worker.timing is not None:
+            yield from _timing_options(worker.timing, role, registry)[1]
+
+
+def _timing_options(timing: Timing, role: str, registry: Registry) -> tuple[
+        dict[str, Any] | None, list[Diagnostic]]:
+    """A role's timing options as the payload carries them (defaults applied; None for a
+    provider without options), or the diagnostics that refuse them."""
+    from servesim.timing.registry import options_class, provider_options
+
+    kind = timing.type or "default"
+    factory = registry.timing_providers[kind]
+    path = ("engine", "workers", role, "timing", "options")
+    options, diags = provider_options(factory, kind, timing.options, path)
+    if diags or options_class(factory) is None:
+        return None, diags
+    return cattrs.Converter().unstructure(options), []
+
+
+def resolve_timing_options(cfg: ParsedConfig, ctx: CompileContext) -> dict[
+        str, dict[str, Any] | None]:
+    """Each configured role's timing options (see :func:`_timing_options`); the parse pass
+    refused any that are wrong."""
+    out: dict[str, dict[str, Any] | None] = {}
+    for role in ("aggregated", "prefill", "decode"):
+        worker = getattr(cfg.engine.workers, role)
+        if worker is not None:
+            options, diags = _timing_options(worker.timing or Timing(), role, ctx.registry)
+            if diags:
+                raise CompileError(diags)
+            out[role] = options
+    return out
 
 
 def _trace_format(cfg: ParsedConfig, registry: Registry) -> Iterator[Diagnostic]:
     source = cfg.traffic.source if cfg.traffic is not None else None
     if source is not None and source.format is not None \
             and source.format not in registry.trace_formats:
-        yield _unknown("unknown-trace-format", ("traffic", "source", "format"), "trace format",
+        yield _unknown(codes.UNKNOWN_TRACE_FORMAT, ("traffic", "source", "format"), "trace format",
                        source.format, registry.trace_formats)
 
 
@@ -94,7 +128,7 @@ def resolve_engine_options(cfg: ParsedConfig, ctx: CompileContext) -> tuple[
     name = selected_engine(cfg.engine)
     cls = registry.engine_class(name)
     if cls is None:  # the parse pass reported it; reached only by a direct caller
-        raise CompileError([_unknown("unknown-engine", ENGINE_PATH, "engine", name,
+        raise CompileError([_unknown(codes.UNKNOWN_ENGINE, ENGINE_PATH, "engine", name,
                                      registry.names())])
     options, diags = cls.structure_options(cfg.engine.options)
     if diags:

@@ -9,8 +9,9 @@ from typing import Any
 
 import attrs
 
+from servesim import codes
 from servesim.compiler.overrides import Override, apply_overrides
-from servesim.errors import CompileError, Diagnostic, ServesimError
+from servesim.errors import CompileError, ServesimError, error
 from servesim.files import Unreadable, read_bounded
 
 if sys.version_info >= (3, 11):
@@ -45,31 +46,28 @@ class SourceText:
         try:
             text = data.decode("utf-8-sig")  # a BOM from Windows editors is not an error
         except UnicodeDecodeError as exc:
-            raise CompileError([_diag(name, f"not UTF-8 text (byte {exc.start})",
-                                      "not-utf8")]) from None
+            raise CompileError([error(codes.NOT_UTF8, (), f"not UTF-8 text (byte {exc.start})",
+                                      location=name, stage="parse")]) from None
         return cls(text=text, name=name, base_dir=base_dir)
 
 
-def read_input(path: Path, what: str, error: type[ServesimError]) -> bytes:
+def read_input(path: Path, what: str, failure: type[ServesimError]) -> bytes:
     """The bytes of an input file (``what``: "a TOML file", "a JSON payload"): a regular
-    file of at most :data:`MAX_CONFIG_BYTES`; one that is not raises ``error`` located at
+    file of at most :data:`MAX_CONFIG_BYTES`; one that is not raises ``failure`` located at
     the path."""
     try:
         return read_bounded(path, what, MAX_CONFIG_BYTES)
     except Unreadable as exc:
-        raise error([_diag(str(path), exc.message, exc.code)]) from None
-
-
-def _diag(location: str, message: str, code: str) -> Diagnostic:
-    return Diagnostic(code=code, message=message, location=location, stage="parse")
+        raise failure([error(exc.code, (), exc.message, location=str(path),
+                             stage="parse")]) from None
 
 
 def load_toml(source: SourceText) -> dict[str, Any]:
     """Parse TOML text; raise :class:`CompileError` with ``file:line:col`` on bad syntax."""
     if not source.text.strip():
-        raise CompileError([_diag(source.name, "the file is empty; a config needs at least an "
-                                  "[engine] table with model, hardware and workers",
-                                  "empty-config")])
+        raise CompileError([error(codes.EMPTY_CONFIG, (), "the file is empty; a config needs at "
+                                  "least an [engine] table with model, hardware and workers",
+                                  location=source.name, stage="parse")])
     try:
         return apply_overrides(tomllib.loads(source.text), source.overrides)
     except tomllib.TOMLDecodeError as exc:
@@ -79,11 +77,12 @@ def load_toml(source: SourceText) -> dict[str, Any]:
         col = getattr(exc, "colno", None) or (int(m.group(2)) if m else None)
         text = getattr(exc, "msg", None) or _LOCATION.sub("", msg).strip()
         where = f"{source.name}:{line}:{col}" if line else source.name
-        diag = _diag(where, f"invalid TOML: {text}", "toml-syntax")
+        diag = error(codes.TOML_SYNTAX, (), f"invalid TOML: {text}", location=where,
+                     stage="parse")
         if source.text.lstrip().startswith("{"):
             diag = attrs.evolve(diag, hint="this looks like a JSON payload: `servesim replay` "
                                 "takes one, the other commands a TOML config")
         raise CompileError([diag]) from None
     except RecursionError:
-        raise CompileError([_diag(source.name, "invalid TOML: nesting too deep",
-                                  "toml-syntax")]) from None
+        raise CompileError([error(codes.TOML_SYNTAX, (), "invalid TOML: nesting too deep",
+                                  location=source.name, stage="parse")]) from None

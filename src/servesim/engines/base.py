@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 import attrs
 
+from servesim import codes
 from servesim.converter import check_limits
 from servesim.engines.kernel.requests import RequestRecord, Workload
 from servesim.errors import Diagnostic
@@ -73,20 +74,10 @@ class Engine(abc.ABC):
     @classmethod
     def structure_options(cls, data: Any) -> tuple[Any, list[Diagnostic]]:
         """``data`` as an ``Options`` instance, or ``None`` and ``engine.options`` diagnostics."""
-        from servesim.converter import make_converter, structure
+        from servesim.converter import structure_options
 
-        if data is None:
-            data = {}
-        if isinstance(data, dict) and data and not attrs.fields(cls.Options):
-            return None, [Diagnostic(code="unknown-key", path=(*OPTIONS_PATH, key),
-                                     message=f"unknown key '{key}' (engine "
-                                     f"{getattr(cls, 'NAME', cls.__name__)!r} has no options)")
-                          for key in data]
-        options, diags = structure(make_converter(), data, cls.Options, OPTIONS_PATH)
-        if options is None:
-            return None, diags
-        diags = check_limits(options, OPTIONS_PATH)
-        return (None, diags) if diags else (options, [])
+        return structure_options(cls.Options, data, OPTIONS_PATH,
+                                 f"engine {getattr(cls, 'NAME', cls.__name__)!r}")
 
     def options(self, payload: Payload) -> Any:
         """The payload's engine options as an ``Options`` instance (PayloadError if wrong)."""
@@ -120,7 +111,7 @@ class Engine(abc.ABC):
         if payload.sla is not None:
             out.extend(check_limits(payload.sla, ("evaluation", "sla")))
         if payload.mode not in self.MODES:
-            out.append(Diagnostic(code="engine-mode", path=("engine", "mode"), stage="lower",
+            out.append(Diagnostic(code=codes.ENGINE_MODE, path=("engine", "mode"), stage="lower",
                                   message=f"engine {self.NAME!r} does not run {payload.mode} "
                                   f"deployments (it runs: {', '.join(self.MODES)})"))
         options, diags = self.structure_options(payload.engine_options)

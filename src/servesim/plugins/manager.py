@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import attrs
 import pluggy
 
-from servesim import limits
+from servesim import codes, limits
 from servesim.engines.base import Engine
 from servesim.errors import Diagnostic, PluginError, ServesimError, plugin_bug
 from servesim.plugins import hookspecs
@@ -85,7 +85,7 @@ def get_plugin_manager(*, load_entrypoints: bool = True,
             pm.register(plugin)
         except PLUGIN_FAULTS as exc:
             raise PluginError([Diagnostic(
-                code="plugin-load-failed", location=f"plugin {name}",
+                code=codes.PLUGIN_LOAD_FAILED, location=f"plugin {name}",
                 message=f"cannot register plugin: {type(exc).__name__}: {exc}")]) from exc
     if load_entrypoints and not os.environ.get(DISABLE_AUTOLOAD_ENV):
         try:
@@ -93,7 +93,7 @@ def get_plugin_manager(*, load_entrypoints: bool = True,
         except PLUGIN_FAULTS as exc:
             culprit = _unloaded_entry_point(pm)
             raise PluginError([Diagnostic(
-                code="plugin-load-failed", location=f"plugin {culprit}",
+                code=codes.PLUGIN_LOAD_FAILED, location=f"plugin {culprit}",
                 message=f"loading the '{ENTRY_POINT_GROUP}' entry-point plugin failed: "
                 f"{type(exc).__name__}: {exc}",
                 hint=f"uninstall or fix the package, or set {DISABLE_AUTOLOAD_ENV}=1 to "
@@ -102,7 +102,7 @@ def get_plugin_manager(*, load_entrypoints: bool = True,
         pm.check_pending()
     except pluggy.PluginValidationError as exc:
         raise PluginError([Diagnostic(
-            code="plugin-load-failed", location=f"plugin {pm.get_name(exc.plugin)}",
+            code=codes.PLUGIN_LOAD_FAILED, location=f"plugin {pm.get_name(exc.plugin)}",
             message=f"cannot register plugin: {exc}",
             hint="a plugin implements only the hooks servesim defines "
                  "(`servesim_register_...`)")]) from exc
@@ -186,16 +186,22 @@ def _call_each(pm: pluggy.PluginManager, hook: str, sources: Mapping[str, Plugin
                 yield source, result
 
 
+# what two plugins registered under one name: its kind, as messages name it, and the code
+DUPLICATE_CODES = {"engine": codes.DUPLICATE_ENGINE, "backend": codes.DUPLICATE_BACKEND,
+                   "timing provider": codes.DUPLICATE_TIMING_PROVIDER,
+                   "trace format": codes.DUPLICATE_TRACE_FORMAT}
+
+
 def _duplicate(kind: str, name: str, first: PluginSource, second: PluginSource) -> PluginError:
     return PluginError([Diagnostic(
-        code=f"duplicate-{kind.replace(' ', '-')}", location=f"plugin {second.label()}",
+        code=DUPLICATE_CODES[kind], location=f"plugin {second.label()}",
         message=f"{kind} name {name!r} is registered by both {first.label()} and "
         f"{second.label()}", hint="uninstall one of the packages, or disable autoloading "
         f"({DISABLE_AUTOLOAD_ENV}=1) and pick plugins with --plugin")])
 
 
 def _bad_registration(source: PluginSource, hook: str, message: str) -> PluginError:
-    return PluginError([Diagnostic(code="plugin-bad-registration",
+    return PluginError([Diagnostic(code=codes.PLUGIN_BAD_REGISTRATION,
                                    location=f"plugin {source.label()}",
                                    message=f"{hook} {message}")])
 
@@ -386,13 +392,15 @@ class EngineRegistry:
         return [(n, f, o) for n, (f, o) in sorted(self._formats.items())]
 
     def _guarded_timer(self, name: str, factory: TimerFactory, plugin: str) -> TimerFactory:
+        from servesim.timing.registry import with_options
+
         source = self.source(plugin)
         if source.kind == "builtin":
             return factory
 
-        def make(role: RoleArgs) -> StepTimer:
+        def make(role: RoleArgs, *options: Any) -> StepTimer:
             with reported_as(source, f"timing provider {name!r}"):
-                timer = factory(role)
+                timer = factory(role, *options)
             missing = [m for m in ("prefill_ms", "decode_ms") if not callable(
                 getattr(timer, m, None))]
             if missing:
@@ -402,7 +410,9 @@ class EngineRegistry:
             guard = _GuardedFrontEndTimer if hasattr(timer, "request_ms") else _GuardedTimer
             return guard(timer, source, f"timing provider {name!r}")
 
-        return make
+        with reported_as(source, f"timing provider {name!r} Options"):
+            options = getattr(factory, "Options", None)
+        return with_options(options)(make) if options is not None else make
 
 
 def _builtin_backends() -> dict[str, tuple[Backend, str]]:

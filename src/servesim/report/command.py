@@ -11,6 +11,7 @@ from typing import Any
 
 from rich.console import Console
 
+from servesim import codes
 from servesim.errors import Diagnostic, ServesimError
 from servesim.plugins.manager import EngineRegistry
 
@@ -58,7 +59,7 @@ def run_report(args: argparse.Namespace, registry: EngineRegistry, out: Console,
     if report is not None:
         if "num_requests" not in report:
             raise ServesimError([Diagnostic(
-                code="results-file", location=args.input,
+                code=codes.RESULTS_FILE, location=args.input,
                 message="neither a results file nor a replay report",
                 hint="give the -o file of `servesim sweep`, `search` or `replay`")])
         spans = read_spans(args.requests) if args.requests else []

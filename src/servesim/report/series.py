@@ -18,6 +18,7 @@ from typing import Any
 
 import attrs
 
+from servesim import codes
 from servesim.errors import Diagnostic, ServesimError
 from servesim.sweep.metrics import finite
 
@@ -62,7 +63,7 @@ def read_spans(path: str) -> list[Span]:
                     out.append(Span.of(record))
     except (OSError, ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise ServesimError([Diagnostic(
-            code="results-file", location=path, message=f"cannot read request records: {exc}",
+            code=codes.RESULTS_FILE, location=path, message=f"cannot read request records: {exc}",
             hint="give the --requests-out file of `servesim replay`")]) from None
     return out
 

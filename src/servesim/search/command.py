@@ -10,6 +10,7 @@ from typing import Any
 import attrs
 from rich.console import Console
 
+from servesim import codes
 from servesim.errors import Diagnostic, ServesimError
 from servesim.plugins.manager import EngineRegistry
 from servesim.search.space import MAX_TRIALS, SAMPLERS, Space, grid_size, load_space
@@ -52,16 +53,17 @@ def _space(args: argparse.Namespace) -> Space:
     changes: dict[str, Any] = {}
     if args.trials is not None:
         if not 1 <= args.trials <= MAX_TRIALS:
-            raise ServesimError([Diagnostic(code="bad-space", location=f"--trials {args.trials}",
+            raise ServesimError([Diagnostic(code=codes.BAD_SPACE,
+                                            location=f"--trials {args.trials}",
                                             message=f"expected 1 to {MAX_TRIALS} trials")])
         changes["trials"] = args.trials
     if args.seed is not None:
         if not 0 <= args.seed < 2**32:
-            raise ServesimError([Diagnostic(code="bad-space", location=f"--seed {args.seed}",
+            raise ServesimError([Diagnostic(code=codes.BAD_SPACE, location=f"--seed {args.seed}",
                                             message="expected a seed from 0 to 2^32-1")])
         changes["seed"] = args.seed
     if args.top < 1:
-        raise ServesimError([Diagnostic(code="bad-space", location=f"--top {args.top}",
+        raise ServesimError([Diagnostic(code=codes.BAD_SPACE, location=f"--top {args.top}",
                                         message="expected at least 1 point to show")])
     if args.sampler is not None:
         changes["sampler"] = args.sampler
@@ -69,7 +71,7 @@ def _space(args: argparse.Namespace) -> Space:
         ranged = [p.name for p in space.parameters if not p.choices]
         if ranged:
             raise ServesimError([Diagnostic(
-                code="bad-space", location=f"{args.space}: parameters.{ranged[0]}",
+                code=codes.BAD_SPACE, location=f"{args.space}: parameters.{ranged[0]}",
                 message="the grid sampler takes lists of choices only",
                 hint="list the values to try, or use another sampler")])
         size = grid_size(space.parameters)
@@ -84,7 +86,7 @@ def _storage_path(args: argparse.Namespace) -> Path | None:
     if args.output:
         return Path(args.output).with_suffix(".db")
     if args.resume:
-        raise ServesimError([Diagnostic(code="search-storage", location="--resume",
+        raise ServesimError([Diagnostic(code=codes.SEARCH_STORAGE, location="--resume",
                                         message="nothing to resume: no --storage or -o given",
                                         hint="give the --storage file of the search")])
     return None
@@ -123,16 +125,16 @@ def run_search(args: argparse.Namespace, registry: EngineRegistry, out: Console,
                   [args.config, args.space])
     if storage is not None and storage.exists() and not args.resume:
         raise ServesimError([Diagnostic(
-            code="search-storage", location=f"--storage {storage}",
+            code=codes.SEARCH_STORAGE, location=f"--storage {storage}",
             message="a search is already stored here",
             hint="add --resume to continue it, or remove the file for a new search")])
     if storage is not None and args.resume and not storage.exists():
-        raise ServesimError([Diagnostic(code="search-storage", location=f"--storage {storage}",
+        raise ServesimError([Diagnostic(code=codes.SEARCH_STORAGE, location=f"--storage {storage}",
                                         message="no search is stored here to resume")])
     space = _space(args)
     if axes:
         raise ServesimError([Diagnostic(
-            code="bad-override", location=f"--set {axes[0].name}=...",
+            code=codes.BAD_OVERRIDE, location=f"--set {axes[0].name}=...",
             message="search takes one value per --set", hint="put the choices in the space's "
             "[parameters] table")])
     base = attrs.evolve(base, load=space.load, constraints=space.constraints)

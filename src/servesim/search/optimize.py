@@ -14,6 +14,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from servesim import codes
 from servesim.errors import Diagnostic, ServesimError
 from servesim.extras import require
 from servesim.search.goals import meets
@@ -76,7 +77,7 @@ def open_study(optuna: Any, space: Space, storage: str | None, resume: bool,
 
 
 def _storage_error(storage: str | None, message: str, hint: str | None = None) -> ServesimError:
-    return ServesimError([Diagnostic(code="search-storage", location=f"--storage {storage}",
+    return ServesimError([Diagnostic(code=codes.SEARCH_STORAGE, location=f"--storage {storage}",
                                      message=message, hint=hint)])
 
 

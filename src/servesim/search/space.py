@@ -28,6 +28,7 @@ from typing import Any, TypeGuard
 
 import attrs
 
+from servesim import codes
 from servesim.compiler.overrides import format_key, parse_key
 from servesim.compiler.source import SourceText, load_toml
 from servesim.errors import CompileError, Diagnostic
@@ -83,7 +84,7 @@ class _Errors:
         self.name, self.diags = name, list[Diagnostic]()
 
     def add(self, where: str, message: str, hint: str | None = None) -> None:
-        self.diags.append(Diagnostic(code="bad-space", location=f"{self.name}: {where}",
+        self.diags.append(Diagnostic(code=codes.BAD_SPACE, location=f"{self.name}: {where}",
                                      message=message, hint=hint))
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from rich.console import Console
 
+from servesim import codes
 from servesim.compiler.source import SourceText
 from servesim.errors import Diagnostic, ServesimError
 from servesim.plugins.manager import EngineRegistry
@@ -144,7 +145,7 @@ def finish(err: Console, html: Path | None, meta: dict[str, Any], rows: list[dic
         write_report(html, meta, rows, params)
         err.print(f"wrote {html}", markup=False)
     if rows and all(row["status"] != "ok" for row in rows):
-        raise ServesimError([Diagnostic(code="no-valid-point", location=location,
+        raise ServesimError([Diagnostic(code=codes.NO_VALID_POINT, location=location,
                                         message=f"no {what} could be replayed",
                                         hint="the reasons are listed above")])
     return EXIT_OK

@@ -18,6 +18,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
+from servesim import codes
 from servesim.errors import Diagnostic, ServesimError
 from servesim.plugins.manager import EngineRegistry
 from servesim.sweep.trial import Base, Task, registry_for, run_trial
@@ -44,7 +45,7 @@ def default_jobs() -> int:
 def check_jobs(jobs: int) -> int:
     if not 1 <= jobs <= MAX_JOBS:
         raise ServesimError([Diagnostic(
-            code="bad-jobs", location=f"--jobs {jobs}",
+            code=codes.BAD_JOBS, location=f"--jobs {jobs}",
             message=f"expected a number of workers from 1 to {MAX_JOBS}",
             hint="leave --jobs out to use every core")])
     return jobs

@@ -9,6 +9,7 @@ import math
 from collections.abc import Mapping
 from importlib import resources
 
+from servesim import codes
 from servesim.catalog import gpu_names
 from servesim.errors import Diagnostic
 
@@ -34,14 +35,14 @@ def check_prices(authored: Mapping[str, object] | None) -> list[Diagnostic]:
     for gpu, price in (authored or {}).items():
         path = (*PRICE_PATH, gpu)
         if gpu not in known:
-            out.append(Diagnostic(code="unknown-hardware", path=path,
+            out.append(Diagnostic(code=codes.UNKNOWN_HARDWARE, path=path,
                                   message=f"no catalog GPU is named {gpu!r}",
                                   hint=f"price one of: {', '.join(known)}"))
         elif isinstance(price, bool) or not isinstance(price, (int, float)):
-            out.append(Diagnostic(code="wrong-type", path=path,
+            out.append(Diagnostic(code=codes.WRONG_TYPE, path=path,
                                   message=f"expected a price in USD per GPU-hour, got {price!r}"))
         elif not math.isfinite(price) or not 0 < price <= MAX_PRICE:
-            out.append(Diagnostic(code="out-of-range", path=path,
+            out.append(Diagnostic(code=codes.OUT_OF_RANGE, path=path,
                                   message=f"expected a price in (0, {MAX_PRICE:g}] USD per "
                                   f"GPU-hour, got {price}"))
     return out

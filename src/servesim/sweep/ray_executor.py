@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from servesim import codes
 from servesim.errors import Diagnostic, ServesimError
 from servesim.extras import require
 from servesim.sweep.trial import Base, Task, input_files, registry_for, run_trial
@@ -91,7 +92,7 @@ class RayExecutor:
                          log_to_driver=False, include_dashboard=False)
             except (ConnectionError, ValueError, RuntimeError) as exc:
                 raise ServesimError([Diagnostic(
-                    code="ray-connect", location=f"--address {address}" if address
+                    code=codes.RAY_CONNECT, location=f"--address {address}" if address
                     else "RAY_ADDRESS", message=f"cannot connect to the Ray cluster: {exc}",
                     hint="give the head's address, e.g. --address ray://HEAD:10001")]) from None
         self.remote = ray.remote(num_cpus=1)(_trial)

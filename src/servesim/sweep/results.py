@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from servesim import codes
 from servesim.errors import Diagnostic, ServesimError
 from servesim.extras import require
 from servesim.sweep.metrics import DERIVED
@@ -27,7 +28,7 @@ def results_format(path: str) -> str:
     suffix = Path(path).suffix.lower()
     if suffix not in FORMATS:
         raise ServesimError([Diagnostic(
-            code="output-path", location=f"-o {path}",
+            code=codes.OUTPUT_PATH, location=f"-o {path}",
             message=f"cannot tell the results format from the suffix {suffix or '(none)'!r}",
             hint="name a .csv, .json or .parquet file")])
     if suffix == ".parquet":
@@ -100,7 +101,7 @@ def write_atomic(path: Path, data: bytes) -> None:
         os.replace(tmp, target)
     except OSError as exc:
         raise ServesimError([Diagnostic(
-            code="output-path", location=str(path),
+            code=codes.OUTPUT_PATH, location=str(path),
             message=f"cannot write this file: {exc.strerror or exc}")]) from None
     finally:
         Path(tmp).unlink(missing_ok=True)
@@ -112,7 +113,7 @@ def read_results(path: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     if not rows or not all(isinstance(r, dict) and "point" in r and "status" in r
                            for r in rows):
         raise ServesimError([Diagnostic(
-            code="results-file", location=path,
+            code=codes.RESULTS_FILE, location=path,
             message="no rows with a point and a status: not a results file servesim wrote",
             hint="give the -o file of `servesim sweep` or `servesim search`")])
     return meta, rows
@@ -135,7 +136,7 @@ def _read(path: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         meta = json.loads((table.schema.metadata or {}).get(b"servesim", b"{}"))
         return meta, table.to_pylist()
     except (OSError, ValueError, UnicodeDecodeError) as exc:
-        raise ServesimError([Diagnostic(code="results-file", location=path,
+        raise ServesimError([Diagnostic(code=codes.RESULTS_FILE, location=path,
                                         message=f"not a results file servesim wrote: {exc}",
                                         hint="give the -o file of `servesim sweep` or "
                                         "`servesim search`")]) from None

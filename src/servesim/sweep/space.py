@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import attrs
 
+from servesim import codes
 from servesim.compiler.overrides import (
     Override,
     format_key,
@@ -43,7 +44,7 @@ def parse_settings(settings: Sequence[str]) -> tuple[tuple[Override, ...], tuple
         values = tuple(parse_value(v) for v in split_values(values_text))
         if any(isinstance(v, str) and not v for v in values):
             raise CompileError([Diagnostic(
-                code="bad-override", location=f"--set {text}",
+                code=codes.BAD_OVERRIDE, location=f"--set {text}",
                 message="an empty value between commas", hint="remove the extra comma")])
         if len(values) == 1:
             fixed.append((key, values[0]))
@@ -53,7 +54,7 @@ def parse_settings(settings: Sequence[str]) -> tuple[tuple[Override, ...], tuple
     for name in names:
         if names.count(name) > 1:
             raise CompileError([Diagnostic(
-                code="bad-override", location=f"--set {name}=...",
+                code=codes.BAD_OVERRIDE, location=f"--set {name}=...",
                 message="this key is swept twice", hint="give all its values in one --set")])
     return tuple(fixed), tuple(axes)
 
@@ -66,7 +67,7 @@ def points(axes: Sequence[Axis], *, zipped: bool = False) -> list[tuple[Override
         lengths = {a.name: len(a.values) for a in axes}
         if len(set(lengths.values())) > 1:
             raise CompileError([Diagnostic(
-                code="bad-override", location="--zip",
+                code=codes.BAD_OVERRIDE, location="--zip",
                 message="zipped keys need the same number of values; got "
                 + ", ".join(f"{k}: {n}" for k, n in lengths.items()),
                 hint="give each swept key as many values, or drop --zip for every combination")])
@@ -77,7 +78,7 @@ def points(axes: Sequence[Axis], *, zipped: bool = False) -> list[tuple[Override
             total *= len(a.values)
         if total > MAX_POINTS:
             raise CompileError([Diagnostic(
-                code="bad-override", location="--set",
+                code=codes.BAD_OVERRIDE, location="--set",
                 message=f"the sweep has {total} points, more than {MAX_POINTS}",
                 hint="sweep fewer values, or use `servesim search` for a large space")])
         combos = list(itertools.product(*(a.values for a in axes)))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from servesim.timing.base import StepTimer
 from servesim.timing.fixed import FixedTimer
 from servesim.timing.polynomial import PolynomialTimer
-from servesim.timing.registry import PROVIDERS, TimerFactory, make_timer
+from servesim.timing.registry import PROVIDERS, TimerFactory, make_timer, with_options
 
-__all__ = ["PROVIDERS", "FixedTimer", "PolynomialTimer", "StepTimer", "TimerFactory", "make_timer"]
+__all__ = ["PROVIDERS", "FixedTimer", "PolynomialTimer", "StepTimer", "TimerFactory", "make_timer",
+           "with_options"]

@@ -83,7 +83,7 @@ from typing import Any
 
 import attrs
 
-from servesim import backends
+from servesim import backends, codes
 from servesim.catalog import (
     CatalogError,
     GpuSpec,
@@ -408,7 +408,7 @@ class StepGeometry:
 
 def _fail(role_path: tuple[str, ...], message: str, hint: str | None = None) -> ReplayError:
     return ReplayError(
-        [Diagnostic(code="timing-unsupported", message=message, path=role_path, hint=hint)]
+        [Diagnostic(code=codes.TIMING_UNSUPPORTED, message=message, path=role_path, hint=hint)]
     )
 
 
@@ -734,7 +734,7 @@ class AnalyticalTimer:
             self._over = c.overheads(backends.policy_of(g.backend).perf_backend)
         except KeyError:
             raise ReplayError([Diagnostic(
-                code="timing-unsupported",
+                code=codes.TIMING_UNSUPPORTED,
                 message=f"no analytical overhead constants for backend {g.backend!r} "
                 f"(known: {', '.join(sorted(c.backends))})")]) from None
         # a pass with prompt work is a whole forward on prefill workers and on SGLang,
@@ -1023,7 +1023,7 @@ def timer_from_role(
         model = load_model(role.model)
     except CatalogError as exc:
         raise ReplayError([Diagnostic(
-            code="timing-unsupported", path=(*path, "model"),
+            code=codes.TIMING_UNSUPPORTED, path=(*path, "model"),
             message=f"default timing needs the model's architecture: {exc}",
             hint='use a shipped model id, a directory with config.json, or timing.type = '
                  '"table"/"fixed"')]) from None
@@ -1031,7 +1031,7 @@ def timer_from_role(
         gpu = load_gpu(role.hardware)
     except CatalogError as exc:
         raise ReplayError([Diagnostic(
-            code="timing-unsupported", path=(*path, "hardware"),
+            code=codes.TIMING_UNSUPPORTED, path=(*path, "hardware"),
             message=f"default timing needs the GPU's datasheet: {exc}",
             hint='use a shipped GPU name or timing.type = "table"/"fixed"')]) from None
     geometry = build_geometry(

@@ -6,6 +6,7 @@ import math
 from collections.abc import Callable
 from typing import Protocol
 
+from servesim import codes
 from servesim.errors import Diagnostic, ReplayError
 
 
@@ -54,7 +55,7 @@ def front_end(timer: StepTimer, path: tuple[str, ...]) -> Callable[[int], float]
         if isinstance(value, (int, float)) and 0.0 <= value < math.inf:
             return float(value)
         raise ReplayError([Diagnostic(
-            code="timing-invalid",
+            code=codes.TIMING_INVALID,
             message=f"the timer's front-end latency for a {input_tokens}-token prompt is "
                     f"{value!r}; request_ms must return a finite number of ms >= 0",
             path=path)])

@@ -27,6 +27,7 @@ from typing import Any
 
 import attrs
 
+from servesim import codes
 from servesim.errors import Diagnostic
 from servesim.payload import CalibrationArgs
 from servesim.timing.base import StepTimer, prefill_group_ms
@@ -47,7 +48,7 @@ class CalibrationFileError(Exception):
 
 
 def _problem(message: str, hint: str | None = None) -> CalibrationFileError:
-    return CalibrationFileError(Diagnostic(code="timing-calibration", message=message,
+    return CalibrationFileError(Diagnostic(code=codes.TIMING_CALIBRATION, message=message,
                                            hint=hint))
 
 

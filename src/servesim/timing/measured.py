@@ -49,7 +49,7 @@ from typing import Any
 
 import attrs
 
-from servesim import backends
+from servesim import backends, codes
 from servesim.errors import Diagnostic, ReplayError
 from servesim.files import MiB, Unreadable, read_bounded
 from servesim.payload import RoleArgs
@@ -358,7 +358,7 @@ def grid_for(role: RoleArgs) -> MeasuredGrid:
 
 def _missing_extra(role: RoleArgs) -> ReplayError:
     return ReplayError([Diagnostic(
-        code="timing-unavailable",
+        code=codes.TIMING_UNAVAILABLE,
         path=("engine", "workers", role.worker_type, "timing", "type"),
         message=f"measured timing needs the optional package {PACKAGE}, which is not "
                 "installed",
@@ -378,7 +378,7 @@ def measured_timer(role: RoleArgs) -> MeasuredTimer:
         grid = grid_for(role)
     except NotCovered as exc:
         note = Diagnostic(
-            code="timing-fallback", severity="warning",
+            code=codes.TIMING_FALLBACK, severity="warning",
             path=("engine", "workers", role.worker_type, "timing", "type"),
             message=f"the measured kernel tables do not cover this role ({exc}); it is "
                     "priced by the default timing",

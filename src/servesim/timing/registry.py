@@ -10,9 +10,11 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from types import MappingProxyType
+from typing import Any, TypeVar
 
 import attrs
 
+from servesim import codes
 from servesim.errors import Diagnostic, ReplayError
 from servesim.payload import RoleArgs
 from servesim.rules import role_path, timing_values
@@ -20,7 +22,43 @@ from servesim.timing.base import StepTimer
 from servesim.timing.fixed import FixedTimer
 from servesim.timing.polynomial import PolynomialTimer
 
-TimerFactory = Callable[[RoleArgs], StepTimer]
+# ``factory(role)``, or ``factory(role, options)`` for a provider with an ``Options`` class
+TimerFactory = Callable[..., StepTimer]
+OptionsT = TypeVar("OptionsT")
+
+
+def with_options(options: type) -> Callable[[OptionsT], OptionsT]:
+    """Give a timing provider its own options: ``@with_options(MyOptions)`` on a factory
+    ``factory(role, options)``. ``MyOptions`` is an attrs class whose fields (each with a
+    default; ranges with :func:`servesim.engines.base.option`) are the keys of
+    ``[engine.workers.<role>.timing.options]``."""
+
+    def mark(factory: OptionsT) -> OptionsT:
+        factory.Options = options  # type: ignore[attr-defined]
+        return factory
+
+    return mark
+
+
+def options_class(factory: TimerFactory) -> type | None:
+    """The provider's ``Options`` class, or None for a provider that takes none."""
+    cls = getattr(factory, "Options", None)
+    return cls if isinstance(cls, type) and attrs.has(cls) else None
+
+
+def provider_options(factory: TimerFactory, kind: str, data: Any,
+                     path: tuple[str, ...]) -> tuple[Any, list[Diagnostic]]:
+    """``data`` (a role's ``timing.options``) structured by the provider's ``Options``;
+    diagnostics located under ``path``."""
+    from servesim.converter import structure_options
+
+    return structure_options(options_class(factory) or _NoOptions, data, path,
+                             f"timing type {kind!r}")
+
+
+@attrs.frozen
+class _NoOptions:
+    """A provider without options: its ``options`` table must be empty."""
 
 
 def _timing_path(role: RoleArgs, key: str) -> tuple[str, ...]:
@@ -76,7 +114,7 @@ def _table(role: RoleArgs) -> StepTimer:
     missing = timer.missing(needed)
     if missing:
         raise ReplayError([Diagnostic(
-            code="timing-table-range", path=key,
+            code=codes.TIMING_TABLE_RANGE, path=key,
             message=f"the table has no {' or '.join(missing)} rows, but the "
             f"{role.worker_type} workers run {' and '.join(needed)} passes",
             hint="add rows with prefill_tokens > 0 (prefill) and prefill_tokens = 0 (decode)")])
@@ -114,10 +152,14 @@ def make_timer(role: RoleArgs) -> StepTimer:
             sorted(providers)
         )
         raise ReplayError(
-            [Diagnostic(code="timing-unavailable", message=message,
+            [Diagnostic(code=codes.TIMING_UNAVAILABLE, message=message,
                         path=_timing_path(role, "type"))]
         )
-    timer = factory(role)
+    path = _timing_path(role, "options")
+    options, problems = provider_options(factory, role.timing.type, role.timing.options, path)
+    if problems:
+        raise ReplayError(problems)
+    timer = factory(role) if options_class(factory) is None else factory(role, options)
     if role.timing.calibration is None:
         return timer
     from servesim.timing.calibration import CalibratedTimer

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import attrs
 
-from servesim import limits
+from servesim import codes, limits
 from servesim.errors import Diagnostic, ReplayError
 from servesim.files import MiB, Unreadable, read_bounded
 
@@ -52,7 +52,7 @@ class _Grid:
             lo, hi = axis[0], axis[-1]
             if not lo <= x <= hi:
                 raise ReplayError([Diagnostic(
-                    code="timing-table-range", path=key,
+                    code=codes.TIMING_TABLE_RANGE, path=key,
                     message=f"{self.kind} pass at {self._fmt(point)} is outside the measured "
                     f"table {source}: {name} {x:g} not in [{lo:g}, {hi:g}]",
                     hint="measure more points or use the analytical default timing")])
@@ -95,7 +95,7 @@ def _grid(kind: str, names: tuple[str, ...], rows: dict[tuple[float, ...], tuple
             if prefix not in rows:
                 missing = ", ".join(f"{n}={x:g}" for n, x in zip(names, prefix, strict=True))
                 raise ReplayError([Diagnostic(
-                    code="timing-table-grid", location=source,
+                    code=codes.TIMING_TABLE_GRID, location=source,
                     message=f"{kind} rows do not form a complete grid: no row for ({missing})",
                     hint="measure every combination of the axis values")])
             values.append(rows[prefix][0])
@@ -108,7 +108,7 @@ def _grid(kind: str, names: tuple[str, ...], rows: dict[tuple[float, ...], tuple
 
 
 def _bad(location: str, message: str) -> ReplayError:
-    return ReplayError([Diagnostic(code="timing-table-invalid", location=location,
+    return ReplayError([Diagnostic(code=codes.TIMING_TABLE_INVALID, location=location,
                                    message=message)])
 
 
@@ -226,6 +226,6 @@ class TableTimer:
 
     def _no_rows(self, kind: str, point: tuple[float, ...]) -> ReplayError:
         return ReplayError([Diagnostic(
-            code="timing-table-range", path=self.key,
+            code=codes.TIMING_TABLE_RANGE, path=self.key,
             message=f"{kind} pass at {point} cannot be priced: the table {self.source} has no "
             f"{kind} rows")])

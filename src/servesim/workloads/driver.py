@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
+from servesim import codes
 from servesim.engines.kernel.requests import RequestSpec
 from servesim.errors import Diagnostic, WorkloadError
 from servesim.limits import VIRTUAL_MS
@@ -74,7 +75,7 @@ def _in_time(spec: RequestSpec) -> RequestSpec:
     so small, or a delay so long, that the clock would lose its milliseconds or overflow)."""
     if not spec.arrival_ms <= VIRTUAL_MS:
         raise WorkloadError([Diagnostic(
-            code="arrival-too-late", path=("traffic", "load"),
+            code=codes.ARRIVAL_TOO_LATE, path=("traffic", "load"),
             message=f"request {spec.request_id} arrives at {spec.arrival_ms:.3g} ms of virtual "
             f"time, past the {VIRTUAL_MS:g} ms (about 31 years) a replay covers",
             hint="raise the rate or the speedup, shorten the delays, or stop the replay "

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, cast
 
-from servesim import limits
+from servesim import codes, limits
 from servesim.engines.kernel.tokens import Prompt, Segment, segment
 from servesim.errors import Diagnostic, WorkloadError
 
@@ -281,12 +281,12 @@ class MooncakeReader:
                 self._file = open(self._path, "rb")  # noqa: SIM115 - closed at EOF / close()
             except OSError as exc:
                 raise WorkloadError([Diagnostic(
-                    code="trace-unreadable", message=f"cannot read trace: {exc.strerror}",
+                    code=codes.TRACE_UNREADABLE, message=f"cannot read trace: {exc.strerror}",
                     location=self._display, hint=TRACE_HINT)]) from exc
         raw = read_line(self._file)
         if raw is None:
             self._line += 1
-            raise self._error("trace-bad-row", f"the line is over {MAX_LINE_BYTES} bytes",
+            raise self._error(codes.TRACE_BAD_ROW, f"the line is over {MAX_LINE_BYTES} bytes",
                               "split the row, or use a larger traffic.source.block_size (fewer "
                               "hash ids)")
         if not raw:
@@ -294,7 +294,7 @@ class MooncakeReader:
             line = max(self._line, 1)
             self.close()
             if empty:
-                raise self._error("trace-empty", "the trace has no rows",
+                raise self._error(codes.TRACE_EMPTY, "the trace has no rows",
                                   f"add one JSON object per line, e.g. {ROW_EXAMPLE}", line)
             return None
         self._line += 1
@@ -312,18 +312,18 @@ class MooncakeReader:
             obj = _loads(raw.strip().decode("utf-8-sig"))  # a BOM as in configs
         except UnicodeDecodeError as exc:
             if self._line == 1 and raw.startswith(b"\x1f\x8b"):
-                raise self._error("trace-bad-json", "the file is gzip-compressed",
+                raise self._error(codes.TRACE_BAD_JSON, "the file is gzip-compressed",
                                   "decompress it (gunzip) and name the .jsonl file") from exc
-            raise self._error("trace-bad-json", "the line is not valid UTF-8",
+            raise self._error(codes.TRACE_BAD_JSON, "the line is not valid UTF-8",
                               "save the trace as UTF-8 text") from exc
         except json.JSONDecodeError as exc:
-            raise self._error("trace-bad-json", f"invalid JSON: {exc.msg} (column {exc.colno})",
+            raise self._error(codes.TRACE_BAD_JSON, f"invalid JSON: {exc.msg} (column {exc.colno})",
                               f"each line must be one JSON object, e.g. {ROW_EXAMPLE}") from exc
         except (ValueError, RecursionError) as exc:
-            raise self._error("trace-bad-json", "invalid JSON",
+            raise self._error(codes.TRACE_BAD_JSON, "invalid JSON",
                               f"each line must be one JSON object, e.g. {ROW_EXAMPLE}") from exc
         if not isinstance(obj, dict):
-            raise self._error("trace-bad-row",
+            raise self._error(codes.TRACE_BAD_ROW,
                               f"expected a JSON object, got {type(obj).__name__}",
                               f"each line must be one JSON object, e.g. {ROW_EXAMPLE}")
         row = self._validate(obj)
@@ -339,7 +339,7 @@ class MooncakeReader:
         if a is None:
             return (second, b)
         if a != b:
-            raise self._error("trace-bad-field",
+            raise self._error(codes.TRACE_BAD_FIELD,
                               f"'{first}' ({_short(a)}) and '{second}' "
                               f"({_short(b)}) disagree",
                               f"keep only '{first}'")
@@ -347,7 +347,7 @@ class MooncakeReader:
 
     def _count(self, name: str, value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise self._error("trace-bad-field",
+            raise self._error(codes.TRACE_BAD_FIELD,
                               f"'{name}' must be a non-negative integer, got {_short(value)}",
                               f"set '{name}' to a whole number of tokens >= 0")
         return value
@@ -359,7 +359,7 @@ class MooncakeReader:
         if ok and not (0 <= value <= hi and math.isfinite(value)):
             ok = False
         if not ok:
-            raise self._error("trace-bad-field",
+            raise self._error(codes.TRACE_BAD_FIELD,
                               f"'{name}' must be a number of milliseconds from 0 to {hi:g}, "
                               f"got {_short(value)}",
                               f"set '{name}' to a number of milliseconds in that range")
@@ -373,11 +373,11 @@ class MooncakeReader:
         # hash_ids
         hash_ids = obj.get("hash_ids")
         if hash_ids is None:
-            raise self._error("trace-missing-field", "missing required field 'hash_ids'",
+            raise self._error(codes.TRACE_MISSING_FIELD, "missing required field 'hash_ids'",
                               f"add \"hash_ids\": [...], the prompt's hash blocks at block "
                               f"size {bs}")
         if not isinstance(hash_ids, list):
-            raise self._error("trace-bad-field",
+            raise self._error(codes.TRACE_BAD_FIELD,
                               f"'hash_ids' must be a list of non-negative integers, "
                               f"got {_short(hash_ids)}",
                               "write hash_ids as a JSON array of integers")
@@ -386,17 +386,17 @@ class MooncakeReader:
         # output
         out_field = self._alias(obj, ("output_length", "output_tokens"))
         if out_field is None:
-            raise self._error("trace-missing-field", "missing required field 'output_length'",
+            raise self._error(codes.TRACE_MISSING_FIELD, "missing required field 'output_length'",
                               'add "output_length": <tokens to generate> (alias "output_tokens")')
         output_length = self._count(*out_field)
         token_ids = obj.get("output_token_ids")
         if token_ids is not None:
             if not isinstance(token_ids, list):
-                raise self._error("trace-bad-field",
+                raise self._error(codes.TRACE_BAD_FIELD,
                                   f"'output_token_ids' must be a list, got {_short(token_ids)}",
                                   "write output_token_ids as a JSON array")
             if len(token_ids) != output_length:
-                raise self._error("trace-bad-field",
+                raise self._error(codes.TRACE_BAD_FIELD,
                                   f"'output_token_ids' has {len(token_ids)} entries but "
                                   f"output_length is {output_length}",
                                   "make output_length the number of output_token_ids")
@@ -405,17 +405,17 @@ class MooncakeReader:
         in_field = self._alias(obj, ("input_length", "input_tokens"))
         input_length = capacity if in_field is None else self._count(*in_field)
         if input_length > capacity:
-            raise self._error("trace-bad-field",
+            raise self._error(codes.TRACE_BAD_FIELD,
                               f"input_length {input_length} exceeds hash_ids capacity "
                               f"{capacity} ({len(hash_ids)} hash_ids x block_size {bs})",
                               "lower input_length, add hash ids, or set "
                               "traffic.source.block_size to the trace's block size")
         if input_length == 0:
-            raise self._error("trace-bad-field", "the prompt is empty (input_length 0)",
+            raise self._error(codes.TRACE_BAD_FIELD, "the prompt is empty (input_length 0)",
                               "give the row at least one hash id and a positive input_length")
         needed = -(-input_length // bs)
         if len(hash_ids) > needed:  # a block size larger than the trace's merges prompts
-            raise self._error("trace-bad-field",
+            raise self._error(codes.TRACE_BAD_FIELD,
                               f"{len(hash_ids)} hash_ids, but input_length {input_length} "
                               f"fills {needed} block(s) of block_size {bs}",
                               "set traffic.source.block_size to the tokens each hash id "
@@ -425,7 +425,7 @@ class MooncakeReader:
         timestamp = None if ts_field is None else self._millis(*ts_field, TIMESTAMP_MS)
         if timestamp is not None and self.origin_ms is not None \
                 and timestamp - self.origin_ms > SPAN_MS:
-            raise self._error("trace-bad-field",
+            raise self._error(codes.TRACE_BAD_FIELD,
                               f"timestamp {timestamp:g} is more than {SPAN_MS:g} ms after the "
                               f"first session's start {self.origin_ms:g}",
                               "check the timestamps' unit (milliseconds)")
@@ -436,19 +436,19 @@ class MooncakeReader:
         if explicit:
             sid = _session_key(obj["session_id"])
             if sid is None:
-                raise self._error("trace-bad-field",
+                raise self._error(codes.TRACE_BAD_FIELD,
                                   f"'session_id' must be a string or an integer, "
                                   f"got {_short(obj['session_id'])}",
                                   'write session_id as a string, e.g. "session_1"')
             if self._session_rows.get(sid) == MIXED:
-                raise self._error("trace-bad-field",
+                raise self._error(codes.TRACE_BAD_FIELD,
                                   f"session_id {sid} is written both as a number and as the "
                                   f"string \"{sid}\": two sessions, or one?",
                                   "write every session_id of a session the same way")
         else:
             sid = f"request_{self._line}"
             if sid in self._session_rows:
-                raise self._error("trace-bad-field",
+                raise self._error(codes.TRACE_BAD_FIELD,
                                   f"this row has no session_id, so its request is named "
                                   f"'{sid}', which another row gives as its session_id",
                                   "give this row a session_id of its own, or rename that "
@@ -484,13 +484,13 @@ class MooncakeReader:
     def _unknown_key(self, key: str) -> None:
         close = difflib.get_close_matches(key, ROW_KEYS, n=1)
         known = f"a row holds only {', '.join(ROW_KEYS)}"
-        raise self._error("trace-unknown-key", f"unknown key {_short(key)}",
+        raise self._error(codes.TRACE_UNKNOWN_KEY, f"unknown key {_short(key)}",
                           f"did you mean '{close[0]}'? ({known})" if close else known)
 
     def _check_hash_ids(self, hash_ids: list[Any]) -> None:
         for i, h in enumerate(hash_ids):
             if isinstance(h, bool) or not isinstance(h, int) or h < 0:
-                raise self._error("trace-bad-field",
+                raise self._error(codes.TRACE_BAD_FIELD,
                                   f"'hash_ids' must be a list of non-negative integers; "
                                   f"element {i} is {_short(h)}",
                                   "write hash_ids as a JSON array of integers >= 0")
@@ -498,18 +498,18 @@ class MooncakeReader:
     def _first_turn_timing(self, sid: str, timestamp: float | None,
                            delay: float | None) -> float:
         if delay:
-            raise self._error("trace-bad-delay",
+            raise self._error(codes.TRACE_BAD_DELAY,
                               f"'delay' is {delay:g} on the first turn of session '{sid}'; a "
                               f"session's first turn starts at its timestamp",
                               "remove 'delay' from the session's first row (or set it to 0)")
         if timestamp is None:
             if self._require_timestamps:
-                raise self._error("trace-missing-field",
+                raise self._error(codes.TRACE_MISSING_FIELD,
                                   f"missing 'timestamp' on the first turn of session '{sid}'; "
                                   f"trace_timestamps load needs one",
                                   'add "timestamp": <ms>, or replay with concurrency load')
         elif self._last_start_ts is not None and timestamp < self._last_start_ts:
-            raise self._error("trace-unsorted",
+            raise self._error(codes.TRACE_UNSORTED,
                               f"timestamp {timestamp:g} is earlier than the previous session "
                               f"start {self._last_start_ts:g}",
                               "sort the trace rows by timestamp")
@@ -522,14 +522,14 @@ class MooncakeReader:
         if timestamp is None:
             return 0.0
         if state.last_timestamp is None:
-            raise self._error("trace-bad-delay",
+            raise self._error(codes.TRACE_BAD_DELAY,
                               f"cannot infer the delay of turn {state.turns_read + 1} of session "
                               f"'{sid}': it has a timestamp but no earlier turn has one",
                               "set 'delay' (ms) on this row, or give the earlier turns "
                               "timestamps")
         inferred = timestamp - state.last_timestamp
         if inferred < 0:
-            raise self._error("trace-bad-delay",
+            raise self._error(codes.TRACE_BAD_DELAY,
                               f"timestamp {timestamp:g} is earlier than the previous timestamp "
                               f"{state.last_timestamp:g} of session '{sid}'",
                               "sort the session's rows by time, or set 'delay' (ms)")
@@ -578,7 +578,7 @@ def unreadable_trace(path: Path, shown: str) -> Diagnostic | None:
             problem = "not a regular file" if path.exists() else "trace file not found"
     except OSError as exc:  # a name too long for a path, say
         problem = f"cannot read trace: {exc.strerror or exc}"
-    return Diagnostic(code="trace-unreadable", message=problem, location=shown, hint=TRACE_HINT)
+    return Diagnostic(code=codes.TRACE_UNREADABLE, message=problem, location=shown, hint=TRACE_HINT)
 
 
 def validate_trace(
@@ -597,7 +597,8 @@ def validate_trace(
     """
     shown = str(path) if display is None else display
     if fmt not in ("mooncake", "mooncake-delta"):
-        return [Diagnostic(code="bad-workload", message=f"trace format {fmt!r} is not supported",
+        return [Diagnostic(code=codes.BAD_WORKLOAD,
+                           message=f"trace format {fmt!r} is not supported",
                            location=shown, hint="use 'mooncake' or 'mooncake-delta'")]
     file = Path(path)
     unreadable = unreadable_trace(file, shown)

@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 import attrs
 
+from servesim import codes
 from servesim import limits as L
 from servesim.errors import Diagnostic, Path, WorkloadError
 from servesim.limits import bounded
@@ -160,7 +161,7 @@ def check_workload(spec: WorkloadSpec, formats: tuple[str, ...] = TRACE_FORMATS
 
 
 def _problem(path: Path, message: str, hint: str) -> Diagnostic:
-    return Diagnostic(code="bad-workload", message=message, path=(*TRAFFIC, *path), hint=hint)
+    return Diagnostic(code=codes.BAD_WORKLOAD, message=message, path=(*TRAFFIC, *path), hint=hint)
 
 
 def located(diags: list[Diagnostic]) -> list[Diagnostic]:

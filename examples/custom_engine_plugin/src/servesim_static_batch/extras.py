@@ -11,36 +11,54 @@ from collections.abc import Iterator
 
 import attrs
 
+from servesim.engines.base import option
 from servesim.engines.kernel.requests import RequestSpec
 from servesim.engines.kernel.tokens import Segment, make_prompt
 from servesim.errors import Diagnostic, WorkloadError
 from servesim.payload import RoleArgs
-from servesim.timing import StepTimer
+from servesim.timing import StepTimer, with_options
 from servesim.workloads.formats import TraceFile
 
 
 @attrs.frozen
-class LinearTimer:
-    """``prefill = 5 ms + 0.02 ms x prompt tokens``, ``decode = 4 ms + 1e-4 ms x KV tokens``,
-    divided by the tensor-parallel width (an illustration, not a calibrated model)."""
+class LinearOptions:
+    """Options of the ``linear`` timing type (``[engine.workers.<role>.timing.options]``)."""
 
+    prefill_base_ms: float = option(5.0, lo=0.0, hi=1e6, help="fixed cost of a prefill pass")
+    prefill_ms_per_token: float = option(0.02, lo=0.0, hi=1e3,
+                                         help="cost of each computed prompt token")
+    decode_base_ms: float = option(4.0, lo=0.0, hi=1e6, help="fixed cost of a decode pass")
+    decode_ms_per_kv_token: float = option(1e-4, lo=0.0, hi=1e3,
+                                           help="cost of each KV token a decode pass reads")
+
+
+@attrs.frozen
+class LinearTimer:
+    """Step times linear in the tokens a pass touches, divided by the tensor-parallel width
+    (an illustration, not a calibrated model)."""
+
+    options: LinearOptions
     tensor: int = 1
 
     def prefill_ms(self, batch: int, mean_isl: float, mean_prefix: float) -> float:
         if batch == 0:
             return 0.0
-        return 5.0 + 0.02 * batch * (mean_isl - mean_prefix) / self.tensor
+        o = self.options
+        return o.prefill_base_ms + o.prefill_ms_per_token * batch * (
+            mean_isl - mean_prefix) / self.tensor
 
     def decode_ms(self, batch: int, active_kv_tokens: int, mean_context: float,
                   total_kv_tokens: int) -> float:
         if batch == 0:
             return 0.0
-        return 4.0 + 1e-4 * active_kv_tokens / self.tensor
+        o = self.options
+        return o.decode_base_ms + o.decode_ms_per_kv_token * active_kv_tokens / self.tensor
 
 
-def linear_timer(role: RoleArgs) -> StepTimer:
-    """Step time linear in the tokens of a pass (example provider)."""
-    return LinearTimer(tensor=role.tensor)
+@with_options(LinearOptions)
+def linear_timer(role: RoleArgs, options: LinearOptions) -> StepTimer:
+    """Step time linear in the tokens of a pass (example provider with options)."""
+    return LinearTimer(options=options, tensor=role.tensor)
 
 
 def read_csv(trace: TraceFile) -> Iterator[RequestSpec]:

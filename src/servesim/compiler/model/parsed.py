@@ -110,6 +110,9 @@ class Timing:
     decode_ms: float | None = nonneg(STEP_MS)
     path: str | None = None
     calibration: str | None = None  # a servesim calibrate file, relative to the config
+    # the provider's own options, structured by its Options class (a plugin's; the
+    # built-ins take none)
+    options: dict[str, Any] | None = None
 
 
 @attrs.frozen

@@ -10,6 +10,7 @@ The engine is looked up in the plugin registry, so the compiler names no engine 
 
 from __future__ import annotations
 
+from servesim import codes
 from servesim.compiler.context import CompileContext
 from servesim.compiler.model.resolved import ValidatedConfig
 from servesim.errors import CompileError, Diagnostic, plugin_bug
@@ -22,7 +23,7 @@ def lower(cfg: ValidatedConfig, ctx: CompileContext) -> Payload:
     engine = ctx.registry.get(name)
     if engine is None:
         raise CompileError([Diagnostic(
-            code="unknown-engine", path=("engine", "engine"), stage="lower",
+            code=codes.UNKNOWN_ENGINE, path=("engine", "engine"), stage="lower",
             message=f"no engine named {name!r} is registered (registered: "
             f"{', '.join(sorted(ctx.registry.names())) or 'none'})")])
     hook = type(engine).__qualname__

@@ -20,6 +20,7 @@ from typing import Any
 
 import attrs
 
+from servesim import codes
 from servesim.compiler.context import CompileContext
 from servesim.compiler.model.parsed import (
     Capacity,
@@ -35,7 +36,7 @@ from servesim.compiler.model.parsed import (
 from servesim.compiler.plugin_sections import check_plugin_sections
 from servesim.compiler.source import SourceText, load_toml
 from servesim.converter import check_limits, make_converter, structure
-from servesim.errors import CompileError, Diagnostic, Path
+from servesim.errors import CompileError, Diagnostic, Path, error
 from servesim.sweep.pricing import check_prices
 from servesim.traffic_rules import check_traffic
 
@@ -59,10 +60,6 @@ def _staged(d: Diagnostic) -> Diagnostic:
     return evolve(d, stage="parse")
 
 
-def _d(code: str, path: Path, message: str, hint: str | None = None) -> Diagnostic:
-    return Diagnostic(code=code, message=message, path=path, hint=hint)
-
-
 def check_shape(cfg: ParsedConfig) -> Iterator[Diagnostic]:
     """Rules on the authored shape of the document (spec V1-V7, V15-V20, V35, V38, V46, V49-V53)."""
     yield from _engine(cfg.engine)
@@ -71,46 +68,46 @@ def check_shape(cfg: ParsedConfig) -> Iterator[Diagnostic]:
     yield from check_prices(cfg.evaluation.gpu_hour_usd if cfg.evaluation else None)
     if sla is not None and sla.e2e_ms is not None and (sla.ttft_ms is not None
                                                        or sla.itl_ms is not None):
-        yield _d("sla-exclusive", ("evaluation", "sla", "e2e_ms"),
-                 "e2e_ms is mutually exclusive with ttft_ms and itl_ms")
+        yield error(codes.SLA_EXCLUSIVE, ("evaluation", "sla", "e2e_ms"),
+                    "e2e_ms is mutually exclusive with ttft_ms and itl_ms")
 
 
 def _engine(e: Engine) -> Iterator[Diagnostic]:
     root: Path = ("engine",)
     for key in ("model", "hardware"):
         if not getattr(e, key).strip():
-            yield _d("empty-value", (*root, key), "value must be nonempty")
+            yield error(codes.EMPTY_VALUE, (*root, key), "value must be nonempty")
     if e.hardware.strip() == "auto":
-        yield _d("not-supported", ("engine", "hardware"),
-                 "'auto' hardware is recommendation-only and not supported; name one GPU, "
-                 "e.g. \"h200_sxm\"")
+        yield error(codes.NOT_SUPPORTED, ("engine", "hardware"),
+                    "'auto' hardware is recommendation-only and not supported; name one GPU, "
+                    "e.g. \"h200_sxm\"")
     mode = e.mode or "aggregated"
     if mode == "afd" or e.afd is not None:
         path = (*root, "afd") if e.afd is not None else (*root, "mode")
-        yield _d("not-supported", path, "attention-FFN disaggregation (afd) is not supported; "
-                 "use mode = \"aggregated\" or \"disaggregated\"")
+        yield error(codes.NOT_SUPPORTED, path, "attention-FFN disaggregation (afd) is not "
+                    "supported; use mode = \"aggregated\" or \"disaggregated\"")
     w = e.workers
     roles = {name: getattr(w, name) for name in ("aggregated", "prefill", "decode")}
     if mode == "aggregated":
         if roles["aggregated"] is None:
-            yield _d("missing-role", (*root, "workers", "aggregated"),
-                     "aggregated mode requires workers.aggregated",
-                     "add an [engine.workers.aggregated] table (it may be empty)")
+            yield error(codes.MISSING_ROLE, (*root, "workers", "aggregated"),
+                        "aggregated mode requires workers.aggregated",
+                        "add an [engine.workers.aggregated] table (it may be empty)")
         if roles["prefill"] is not None or roles["decode"] is not None:
-            yield _d("role-mode-mismatch", (*root, "workers"),
-                     "aggregated mode rejects prefill/decode workers",
-                     "set engine.mode = \"disaggregated\" or remove them")
+            yield error(codes.ROLE_MODE_MISMATCH, (*root, "workers"),
+                        "aggregated mode rejects prefill/decode workers",
+                        "set engine.mode = \"disaggregated\" or remove them")
         if e.kv_transfer is not None:
-            yield _d("role-mode-mismatch", (*root, "kv_transfer"),
-                     "aggregated mode rejects kv_transfer")
+            yield error(codes.ROLE_MODE_MISMATCH, (*root, "kv_transfer"),
+                        "aggregated mode rejects kv_transfer")
     elif mode == "disaggregated":
         if roles["prefill"] is None or roles["decode"] is None:
             missing = [r for r in ("prefill", "decode") if roles[r] is None]
-            yield _d("missing-role", (*root, "workers", missing[0]),
-                     "disaggregated mode requires prefill and decode workers")
+            yield error(codes.MISSING_ROLE, (*root, "workers", missing[0]),
+                        "disaggregated mode requires prefill and decode workers")
         if roles["aggregated"] is not None:
-            yield _d("role-mode-mismatch", (*root, "workers", "aggregated"),
-                     "disaggregated mode rejects aggregated workers")
+            yield error(codes.ROLE_MODE_MISMATCH, (*root, "workers", "aggregated"),
+                        "disaggregated mode rejects aggregated workers")
     for name, worker in roles.items():
         if worker is not None:
             yield from _worker(name, worker, mode, (*root, "workers", name))
@@ -120,13 +117,13 @@ def _engine(e: Engine) -> Iterator[Diagnostic]:
 def _worker(name: str, w: Worker, mode: str, path: Path) -> Iterator[Diagnostic]:
     if w.hardware is not None:
         if mode != "disaggregated" or name == "aggregated":
-            yield _d("hardware-override", (*path, "hardware"),
-                     "worker hardware overrides require prefill/decode workers in "
-                     "disaggregated mode")
+            yield error(codes.HARDWARE_OVERRIDE, (*path, "hardware"),
+                        "worker hardware overrides require prefill/decode workers in "
+                        "disaggregated mode")
         elif w.hardware != w.hardware.strip() or w.hardware.strip() in ("", "auto"):
-            yield _d("hardware-override", (*path, "hardware"),
-                     "must be one concrete nonempty hardware identifier, got "
-                     f"{w.hardware!r}")
+            yield error(codes.HARDWARE_OVERRIDE, (*path, "hardware"),
+                        "must be one concrete nonempty hardware identifier, got "
+                        f"{w.hardware!r}")
     if w.kv_cache is not None:
         yield from _kv_cache(w.kv_cache, (*path, "kv_cache"))
 
@@ -134,42 +131,42 @@ def _worker(name: str, w: Worker, mode: str, path: Path) -> Iterator[Diagnostic]
 def _kv_cache(kv: KvCache, path: Path) -> Iterator[Diagnostic]:
     for key in ("host_offload", "g3_offload"):
         if getattr(kv, key) is not None:
-            yield _d("not-supported", (*path, key),
-                     f"{key} (G2/G3 KV offload) is not supported; remove it")
+            yield error(codes.NOT_SUPPORTED, (*path, key),
+                        f"{key} (G2/G3 KV offload) is not supported; remove it")
     cap = kv.capacity or Capacity()
     cpath = (*path, "capacity")
     if cap.type == "fixed":
         if cap.blocks is None and cap.bytes is None:
-            yield _d("capacity-fixed", cpath, "fixed KV capacity requires blocks or bytes")
+            yield error(codes.CAPACITY_FIXED, cpath, "fixed KV capacity requires blocks or bytes")
         if cap.blocks is not None and cap.bytes is not None:
-            yield _d("capacity-fixed", cpath, "fixed KV capacity accepts only one of blocks "
-                     "or bytes")
+            yield error(codes.CAPACITY_FIXED, cpath, "fixed KV capacity accepts only one of blocks "
+                        "or bytes")
         if cap.memory_fraction is not None:
-            yield _d("capacity-fixed", (*cpath, "memory_fraction"),
-                     "fixed KV capacity rejects memory_fraction")
+            yield error(codes.CAPACITY_FIXED, (*cpath, "memory_fraction"),
+                        "fixed KV capacity rejects memory_fraction")
         if cap.cuda_graph_reserved_bytes not in (None, 0):
-            yield _d("capacity-fixed", (*cpath, "cuda_graph_reserved_bytes"),
-                     "fixed KV capacity rejects cuda_graph_reserved_bytes")
+            yield error(codes.CAPACITY_FIXED, (*cpath, "cuda_graph_reserved_bytes"),
+                        "fixed KV capacity rejects cuda_graph_reserved_bytes")
     elif cap.blocks is not None or cap.bytes is not None:
         key = "blocks" if cap.blocks is not None else "bytes"
-        yield _d("capacity-default", (*cpath, key),
-                 "default KV capacity rejects blocks or bytes",
-                 "set capacity.type = \"fixed\" to give the pool size")
+        yield error(codes.CAPACITY_DEFAULT, (*cpath, key),
+                    "default KV capacity rejects blocks or bytes",
+                    "set capacity.type = \"fixed\" to give the pool size")
     sc = kv.state_cache
     manual = sc is not None and sc.bytes_per_request is not None
     if cap.bytes is not None or manual:
         why = "manual state_cache" if manual else "fixed KV capacity in bytes"
         if kv.block_size is None and not (sc is not None and not manual):
-            yield _d("manual-geometry", (*path, "block_size"),
-                     f"manual KV capacity requires explicit positive block_size ({why})")
+            yield error(codes.MANUAL_GEOMETRY, (*path, "block_size"),
+                        f"manual KV capacity requires explicit positive block_size ({why})")
         if (kv.bytes_per_token is None or kv.bytes_per_token == "auto") and not (
                 sc is not None and not manual):
-            yield _d("manual-geometry", (*path, "bytes_per_token"),
-                     f"manual KV capacity requires explicit positive bytes_per_token ({why})")
+            yield error(codes.MANUAL_GEOMETRY, (*path, "bytes_per_token"),
+                        f"manual KV capacity requires explicit positive bytes_per_token ({why})")
     if sc is not None and cap.type != "fixed":
-        yield _d("state-cache-capacity", (*path, "state_cache"),
-                 "state_cache requires fixed capacity (blocks or bytes)",
-                 "set capacity = { type = \"fixed\", blocks = N }")
+        yield error(codes.STATE_CACHE_CAPACITY, (*path, "state_cache"),
+                    "state_cache requires fixed capacity (blocks or bytes)",
+                    "set capacity = { type = \"fixed\", blocks = N }")
 
 
 def _speculation(e: Engine) -> Iterator[Diagnostic]:
@@ -178,20 +175,20 @@ def _speculation(e: Engine) -> Iterator[Diagnostic]:
     if e.speculation is not None:
         s = e.speculation
         if len(s.acceptance_rates) != s.num_speculative_tokens:
-            yield _d("speculation-rates", (*root, "speculation", "acceptance_rates"),
-                     "acceptance_rates must contain one conditional probability per "
-                     f"speculative token: {s.num_speculative_tokens} expected, got "
-                     f"{len(s.acceptance_rates)}")
+            yield error(codes.SPECULATION_RATES, (*root, "speculation", "acceptance_rates"),
+                        "acceptance_rates must contain one conditional probability per "
+                        f"speculative token: {s.num_speculative_tokens} expected, got "
+                        f"{len(s.acceptance_rates)}")
         if nextn > 0:
-            yield _d("speculation-nextn", (*root, "nextn"),
-                     "speculation cannot be combined with nextn")
+            yield error(codes.SPECULATION_NEXTN, (*root, "nextn"),
+                        "speculation cannot be combined with nextn")
     if nextn > 0 and e.nextn_accepted is None:
-        yield _d("nextn-accepted", (*root, "nextn_accepted"),
-                 "nextn requires explicit nextn_accepted")
+        yield error(codes.NEXTN_ACCEPTED, (*root, "nextn_accepted"),
+                    "nextn requires explicit nextn_accepted")
     if e.nextn_accepted is not None and not 0 <= e.nextn_accepted <= nextn:
-        yield _d("nextn-accepted", (*root, "nextn_accepted"),
-                 f"nextn_accepted must be within [0, nextn] = [0, {nextn}], got "
-                 f"{e.nextn_accepted}")
+        yield error(codes.NEXTN_ACCEPTED, (*root, "nextn_accepted"),
+                    f"nextn_accepted must be within [0, nextn] = [0, {nextn}], got "
+                    f"{e.nextn_accepted}")
 
 
 def _authored(table: Any) -> dict[str, Any]:
@@ -230,15 +227,17 @@ def _source_keys(src: Source, stype: str) -> Iterator[Diagnostic]:
                 "new_input_tokens_per_turn", "output_tokens_per_turn", "session", "paths",
                 "format", "block_size"):
         if getattr(src, key) is not None and key not in allowed_src:
-            yield _d("traffic-key", (*sp, key), f"source type {stype!r} does not accept {key}")
+            yield error(codes.TRAFFIC_KEY, (*sp, key),
+                        f"source type {stype!r} does not accept {key}")
     if stype == "trace":
         if not src.paths:
-            yield _d("traffic-key", (*sp, "paths"), "trace source requires paths (one file)")
+            yield error(codes.TRAFFIC_KEY, (*sp, "paths"),
+                        "trace source requires paths (one file)")
         elif len(src.paths) != 1:
-            yield _d("traffic-key", (*sp, "paths"),
-                     f"mooncake traces take exactly one path, got {len(src.paths)}")
+            yield error(codes.TRAFFIC_KEY, (*sp, "paths"),
+                        f"mooncake traces take exactly one path, got {len(src.paths)}")
         elif not src.paths[0].strip():
-            yield _d("empty-value", (*sp, "paths", 0), "value must be nonempty")
+            yield error(codes.EMPTY_VALUE, (*sp, "paths", 0), "value must be nonempty")
 
 
 def _load_keys(load: Load, ltype: str) -> Iterator[Diagnostic]:
@@ -252,7 +251,7 @@ def _load_keys(load: Load, ltype: str) -> Iterator[Diagnostic]:
     }[ltype]
     for key in ("concurrency", "requests_per_second", "sessions_per_second", "seed", "speedup"):
         if getattr(load, key) is not None and key not in load_keys:
-            yield _d("traffic-key", (*lp, key), f"load type {ltype!r} does not accept {key}")
+            yield error(codes.TRAFFIC_KEY, (*lp, key), f"load type {ltype!r} does not accept {key}")
 
 
 def _stop_keys(t: Traffic, stype: str) -> Iterator[Diagnostic]:
@@ -265,21 +264,21 @@ def _stop_keys(t: Traffic, stype: str) -> Iterator[Diagnostic]:
     if stype == "trace":
         for k in set_stops:
             if k not in ("requests", "max_virtual_time_seconds"):
-                yield _d("traffic-stop", (*stp, k), "trace stop accepts only requests and "
-                         "max_virtual_time_seconds")
+                yield error(codes.TRAFFIC_STOP, (*stp, k), "trace stop accepts only requests and "
+                            "max_virtual_time_seconds")
     else:
         if "max_virtual_time_seconds" in set_stops:
-            yield _d("traffic-stop", (*stp, "max_virtual_time_seconds"),
-                     "max_virtual_time_seconds is trace-only")
+            yield error(codes.TRAFFIC_STOP, (*stp, "max_virtual_time_seconds"),
+                        "max_virtual_time_seconds is trace-only")
         unit = "sessions" if stype == "synthetic-session" else "requests"
         counts = [k for k in set_stops if k != "max_virtual_time_seconds"]
         for k in counts:
             if not k.startswith(unit):
-                yield _d("traffic-stop", (*stp, k), f"{stype} source stops by {unit} or "
-                         f"{unit}_per_load_unit, not {k}")
+                yield error(codes.TRAFFIC_STOP, (*stp, k), f"{stype} source stops by {unit} or "
+                            f"{unit}_per_load_unit, not {k}")
         if len(counts) > 1:
-            yield _d("traffic-stop", stp, "set exactly one count condition, got "
-                     + ", ".join(counts))
+            yield error(codes.TRAFFIC_STOP, stp, "set exactly one count condition, got "
+                        + ", ".join(counts))
         elif not counts and t.stop is not None:
-            yield _d("traffic-stop", stp, f"{stype} traffic needs exactly one count condition "
-                     f"({unit} or {unit}_per_load_unit)")
+            yield error(codes.TRAFFIC_STOP, stp, f"{stype} traffic needs exactly one count "
+                        f"condition ({unit} or {unit}_per_load_unit)")

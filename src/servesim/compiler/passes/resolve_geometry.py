@@ -22,7 +22,7 @@ from typing import Any, Literal, TypeVar
 
 import attrs
 
-from servesim import backends, catalog, geometry, limits
+from servesim import backends, catalog, codes, geometry, limits
 from servesim.compiler.context import CompileContext
 from servesim.compiler.model.parsed import (
     Capacity,
@@ -40,7 +40,7 @@ from servesim.compiler.model.parsed import (
     Worker,
 )
 from servesim.compiler.model.resolved import Origin, Provenance, ResolvedConfig
-from servesim.compiler.plugin_sections import resolve_engine_options
+from servesim.compiler.plugin_sections import resolve_engine_options, resolve_timing_options
 from servesim.errors import CompileError, Diagnostic, Path, format_path
 from servesim.payload import (
     CalibrationArgs,
@@ -99,7 +99,8 @@ def resolve_geometry(cfg: ParsedConfig, ctx: CompileContext) -> ResolvedConfig:
         rec.note(("engine", "options", key), "authored" if was_authored else "defaulted")
     backend: str = rec.pick(("engine", "backend"), e.backend, backends.DEFAULT_BACKEND)
     model = _model(rec, e, ctx.base_dir)
-    roles, metadata = _roles(rec, e, backend, model, ctx.base_dir)
+    roles, metadata = _roles(rec, e, backend, model, ctx.base_dir,
+                             resolve_timing_options(cfg, ctx))
     kv_transfer = _kv_transfer(rec, e, roles) if mode == "disaggregated" else None
     workload = _workload(rec, cfg.traffic, ctx.base_dir)
     sla = None
@@ -123,7 +124,7 @@ def _model(rec: _Recorder, e: Engine, base_dir: PathLike | None) -> catalog.Mode
         try:
             geometry.kv_dtype_bytes(model, e.kvcache_quant_mode)
         except geometry.GeometryError:
-            rec.fail(("engine", "kvcache_quant_mode"), "unsupported-kv-dtype",
+            rec.fail(("engine", "kvcache_quant_mode"), codes.UNSUPPORTED_KV_DTYPE,
                      f"{e.kvcache_quant_mode!r} is not a KV cache dtype; use \"auto\", "
                      "\"bfloat16\", \"float16\", \"float32\", \"fp8\" or \"int8\"")
             model = None
@@ -131,7 +132,8 @@ def _model(rec: _Recorder, e: Engine, base_dir: PathLike | None) -> catalog.Mode
 
 
 def _roles(rec: _Recorder, e: Engine, backend: str, model: catalog.ModelInfo | None,
-           base_dir: PathLike | None) -> tuple[dict[str, RoleArgs], dict[str, Any]]:
+           base_dir: PathLike | None, timing_options: dict[str, dict[str, Any] | None],
+           ) -> tuple[dict[str, RoleArgs], dict[str, Any]]:
     """Every configured role's engine arguments, and its sizing metadata."""
     speculation = _speculation(rec, e)
     weights = _weight_quant(e, model)
@@ -149,7 +151,8 @@ def _roles(rec: _Recorder, e: Engine, backend: str, model: catalog.ModelInfo | N
         if model is None or gpu is None:
             continue
         role, meta = _resolve_role(
-            rec, _Role(name, worker, e, backend, model, gpu, path, base_dir), speculation,
+            rec, _Role(name, worker, e, backend, model, gpu, path, base_dir,
+                       timing_options[name]), speculation,
             weights)
         if role is not None:
             roles[name] = role
@@ -185,12 +188,16 @@ def _load_model(name: str, base_dir: PathLike | None) -> catalog.ModelInfo:
         "relative to the config's folder, like a trace")
 
 
+# the code of a name the catalog does not know, by the config key that names it
+UNKNOWN_NAME_CODES = {"model": codes.UNKNOWN_MODEL, "hardware": codes.UNKNOWN_HARDWARE}
+
+
 def _lookup(rec: _Recorder, path: Path, name: str, load: Callable[[str], T]) -> T | None:
     try:
         value = load(name)
     except catalog.CatalogError as exc:
-        code = "bad-model-config" if isinstance(exc, catalog.ModelConfigError) \
-            else f"unknown-{path[-1]}"
+        code = codes.BAD_MODEL_CONFIG if isinstance(exc, catalog.ModelConfigError) \
+            else UNKNOWN_NAME_CODES[str(path[-1])]
         rec.fail(path, code, str(exc))
         return None
     rec.note(path, "authored")
@@ -241,6 +248,7 @@ class _Role:
     gpu: catalog.GpuSpec
     path: Path
     base_dir: PathLike | None = None
+    timing_options: dict[str, Any] | None = None  # the provider's, defaults applied
 
 
 @attrs.frozen
@@ -352,7 +360,7 @@ def _kv_geometry(rec: _Recorder, role: _Role, shape: dict[str, int],
                 mamba_cache_dtype=sc.mamba_cache_dtype or "auto",
                 num_speculative_tokens=speculation.num_speculative_tokens if speculation else 0)
         except geometry.GeometryError as exc:
-            rec.fail((*kp, "state_cache"), "state-cache-inference", str(exc))
+            rec.fail((*kp, "state_cache"), codes.STATE_CACHE_INFERENCE, str(exc))
             return None
         rec.note((*kp, "block_size"), "derived", _formula(inf.formula, "block_size"))
         rec.note((*kp, "bytes_per_token"), "authored" if isinstance(kv.bytes_per_token, int)
@@ -373,7 +381,7 @@ def _kv_geometry(rec: _Recorder, role: _Role, shape: dict[str, int],
                 model, tensor=shape["tensor"], pipeline=shape["pipeline"],
                 kv_dtype_bytes=kv_dtype)
         except geometry.GeometryError as exc:
-            rec.fail((*role.path, "parallelism", "tensor"), "indivisible-heads", str(exc))
+            rec.fail((*role.path, "parallelism", "tensor"), codes.INDIVISIBLE_HEADS, str(exc))
             return None
         rec.note((*kp, "bytes_per_token"), "derived", formula)
     return _KvGeometry(block_size, bytes_per_token,
@@ -397,7 +405,7 @@ def _capacity(rec: _Recorder, role: _Role, shape: dict[str, int], max_batched_to
             num_blocks, formula = geometry.fixed_blocks_from_bytes(cap.bytes, block_size,
                                                                    bytes_per_token)
         except geometry.GeometryError as exc:
-            rec.fail((*cpath, "bytes"), "capacity-too-small", str(exc))
+            rec.fail((*cpath, "bytes"), codes.CAPACITY_TOO_SMALL, str(exc))
             return None
         rec.note((*kp, "num_gpu_blocks"), "derived", formula)
         return num_blocks
@@ -415,7 +423,7 @@ def _capacity(rec: _Recorder, role: _Role, shape: dict[str, int], max_batched_to
             weight_dtype_bytes=_weight_dtype_bytes(e.gemm_quant_mode),
             expert_dtype_bytes=_weight_dtype_bytes(e.moe_quant_mode))
     except geometry.GeometryError as exc:
-        rec.fail(cpath, "no-kv-budget", str(exc))  # the message names the remedies
+        rec.fail(cpath, codes.NO_KV_BUDGET, str(exc))  # the message names the remedies
         return None
     rec.note((*kp, "num_gpu_blocks"), "derived", formula)
     meta["capacity"] = breakdown
@@ -502,11 +510,15 @@ def _timing(rec: _Recorder, role: _Role, weights: _WeightQuant) -> TimingArgs:
                      else "defaulted", why)
     if timing_type == "measured":
         kv_quant, version = _measured_keys(rec, e, path)
+    for key in role.timing_options or {}:
+        rec.note((*path, "timing", "options", key),
+                 "authored" if key in (t.options or {}) else "defaulted")
     return TimingArgs(type=timing_type, prefill_ms=t.prefill_ms, decode_ms=t.decode_ms,
                       path=table, gemm_quant=gemm_quant, moe_quant=moe_quant,
                       kv_quant=kv_quant, backend_version=version,
                       calibration=_calibration(rec, t.calibration, name, timing_type,
-                                               (*path, "timing"), base_dir))
+                                               (*path, "timing"), base_dir),
+                      options=role.timing_options)
 
 
 def _measured_keys(rec: _Recorder, e: Engine, path: Path) -> tuple[str | None, str | None]:
@@ -716,7 +728,7 @@ def _stop(rec: _Recorder, stop: Stop, stype: str, unit: float) -> spec.Stop:
         # round, not ceil: 0.07 x 100 is 7.000000000000001 in floating point
         count = max(1, round(relative * unit))
         if count > limits.COUNT:
-            rec.fail((*stp, f"{count_key}_per_load_unit"), "stop-over-limit",
+            rec.fail((*stp, f"{count_key}_per_load_unit"), codes.STOP_OVER_LIMIT,
                      f"{relative:g} x the load unit {unit:g} is {count} {count_key}, more "
                      f"than {limits.COUNT}", f"lower {count_key}_per_load_unit")
         rec.note((*stp, count_key), "derived",

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
 from typing import Any
 
+from servesim import codes
 from servesim.engines.kernel.blocks import BlockPool
 from servesim.engines.kernel.rank import FINISHED, RUNNING, WAITING
 from servesim.engines.kernel.requests import RequestRecord
@@ -68,7 +69,7 @@ def violation(invariant: str, where: str, detail: str, request: int | None = Non
     """The ``invariant-violated`` error: which invariant, where, which request."""
     who = f"request {request}: " if request is not None else ""
     return ReplayError([Diagnostic(
-        code="invariant-violated",
+        code=codes.INVARIANT_VIOLATED,
         message=f"invariant '{invariant}' violated on {where}: {who}{detail}",
         hint="this is a bug in servesim (or in a plugin engine), not in the input; "
              "please report it with the config and trace")])
@@ -331,7 +332,7 @@ class ReplayGuard:
         stuck = sorted(_live_ids(self.replay))
         shown = ", ".join(map(str, stuck[:10])) + (", ..." if len(stuck) > 10 else "")
         return ReplayError([Diagnostic(
-            code="replay-stuck",
+            code=codes.REPLAY_STUCK,
             message=f"the replay repeats the same state at virtual time {now} ms without "
                     f"emitting a token or finishing a request; stuck requests: {shown}",
             hint="passes that take no time can cycle (e.g. zero step times with "

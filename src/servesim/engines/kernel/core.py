@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from mypy_extensions import mypyc_attr
 
+from servesim import codes
 from servesim.engines.kernel.events import PHASE_ARRIVAL, EventQueue
 from servesim.engines.kernel.requests import RequestRecord, RequestSpec, Workload
 from servesim.errors import Diagnostic, ReplayError
@@ -163,7 +164,7 @@ class EventLoop:
 
     def _order_error(self, t: float) -> ReplayError:
         return ReplayError(
-            [Diagnostic(code="workload-order",
+            [Diagnostic(code=codes.WORKLOAD_ORDER,
                         message=f"workload produced an arrival at {t} ms, before the current "
                         f"virtual time {self.now} ms; arrivals must be nondecreasing")]
         )

@@ -26,6 +26,7 @@ from typing import Any
 
 from mypy_extensions import mypyc_attr
 
+from servesim import codes
 from servesim.engines.base import ReplayResult
 from servesim.engines.kernel.core import EventLoop, Sink
 from servesim.engines.kernel.requests import RequestRecord, RequestSpec, TerminalStatus, Workload
@@ -51,7 +52,7 @@ class Replay(EventLoop):
         """The live record of ``spec``, which arrives now."""
         if spec.request_id in self.live:
             raise ReplayError(
-                [Diagnostic(code="workload-duplicate-id",
+                [Diagnostic(code=codes.WORKLOAD_DUPLICATE_ID,
                             message=f"request id {spec.request_id} arrived twice while in flight")]
             )
         record = RequestRecord(
@@ -110,7 +111,7 @@ class Replay(EventLoop):
                      path: tuple[str, ...]) -> ReplayError:
         """``worker`` (e.g. "decode worker 3") has work but cannot schedule any of it."""
         return ReplayError(
-            [Diagnostic(code="replay-stuck",
+            [Diagnostic(code=codes.REPLAY_STUCK,
                         message=f"{worker} has work but cannot schedule any of it (waiting "
                         f"heads: {waiting}); this is a scheduler invariant violation",
                         path=path)]
