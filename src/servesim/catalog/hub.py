@@ -17,7 +17,6 @@ import socket
 from pathlib import Path
 from urllib.parse import urlsplit
 
-CONFIG_FILES = ("config.json", "hf_quant_config.json")  # what servesim reads of a model
 _OFFLINE_VALUES = ("1", "on", "yes", "true")
 PROBE_TIMEOUT_S = 3.0  # a Hub that does not answer a connection in this long is unreachable
 # the Hub's repository names: letters, digits, '-', '_', '.', neither first nor last
