@@ -187,6 +187,20 @@ def test_init_model_folder_is_named_relative_to_the_config(
     assert run(["validate", str(out)], capsys)[0] == 0
 
 
+def test_init_never_writes_over_the_model_s_own_config(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({
+        "num_hidden_layers": 2, "hidden_size": 256, "num_attention_heads": 4,
+        "vocab_size": 1000, "intermediate_size": 512}))
+    before = config.read_text()
+    code, _, err = run(["init", "--model", str(tmp_path), "--gpu", "h100_sxm", "--out",
+                        str(config), "--force"], capsys)
+    assert code == 1
+    assert "writing it would destroy it [output-path]" in err
+    assert config.read_text() == before
+
+
 def test_init_a_broken_model_folder_is_a_bad_model_config(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "config.json").write_text("{")

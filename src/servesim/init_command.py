@@ -16,7 +16,7 @@ from rich.console import Console
 
 from servesim import catalog
 from servesim.errors import CompileError, Diagnostic, ServesimError
-from servesim.files import whole_file
+from servesim.files import identity, whole_file
 from servesim.plugins.manager import EngineRegistry
 
 MAX_PIPELINE = 8
@@ -47,6 +47,14 @@ def run_init(args: argparse.Namespace, registry: EngineRegistry, out: Console,
             code="output-path", location=f"--out {args.out}",
             message="cannot write this file: it is a folder",
             hint="give the path of a file, such as starter.toml")])
+    folder = _folder(args.model)
+    model_files = [identity(folder / f) for f in ("config.json", "hf_quant_config.json")] \
+        if folder is not None else []
+    if target is not None and identity(target) is not None and identity(target) in model_files:
+        raise ServesimError([Diagnostic(
+            code="output-path", location=f"--out {args.out}",
+            message="this is a file of the model folder --model names: writing it would "
+            "destroy it", hint="give the path of another file")])
     if target is not None and target.exists() and not args.force:
         raise ServesimError([Diagnostic(
             code="output-exists", location=f"--out {args.out}",
