@@ -48,3 +48,11 @@ def golden(request: pytest.FixtureRequest) -> Golden:
 
 # Every replay in the suite runs under the invariant auditor (subprocesses inherit it).
 os.environ.setdefault("SERVESIM_CHECK_INVARIANTS", "1")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_hugging_face(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Model ids resolve without the network or this machine's Hugging Face cache: an
+    empty cache, and offline (subprocesses inherit both)."""
+    os.environ["HF_HUB_CACHE"] = str(tmp_path_factory.mktemp("hf-hub-cache"))
+    os.environ["HF_HUB_OFFLINE"] = "1"

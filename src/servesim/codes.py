@@ -361,6 +361,9 @@ BAD_OVERRIDE = "bad-override"
 OUTPUT_PATH = "output-path"
 """An output file cannot be written, or would overwrite an input or another output."""
 
+OUTPUT_EXISTS = "output-exists"
+"""An output file exists and the command does not overwrite it without --force."""
+
 MEASUREMENT_INVALID = "measurement-invalid"
 """A measurements file for calibrate cannot be read as measurements."""
 
@@ -387,3 +390,6 @@ RAY_CONNECT = "ray-connect"
 
 RESULTS_FILE = "results-file"
 """A file servesim report cannot read."""
+
+INIT_NO_FIT = "init-no-fit"
+"""servesim init found no deployment of the model on the GPU (up to its node limit)."""

@@ -273,10 +273,19 @@ def files_named(data: dict[str, Any]) -> list[str]:
 
 
 def anchor_paths(data: dict[str, Any], folder: str) -> None:
-    """Make the relative paths of a payload file's dict absolute, relative to ``folder``."""
+    """Make the relative paths of a payload file's dict absolute, relative to ``folder``.
+    A model named as a Hugging Face id (``org/name``) stays a name unless ``folder`` holds
+    a folder of that name."""
     import os
 
-    map_paths(data, lambda p: p if os.path.isabs(p) else os.path.join(folder, p))
+    from servesim.catalog.hub import is_repo_id
+
+    def anchored(path: str) -> str:
+        return path if os.path.isabs(path) else os.path.join(folder, path)
+
+    map_paths(data, anchored, models=False)
+    map_paths(data, lambda p: p if is_repo_id(p) and not os.path.isdir(anchored(p))
+              else anchored(p))
 
 
 def load_payload(data: Any, *, name: str = "payload") -> Payload:

@@ -1,8 +1,9 @@
 """Shipped model and GPU catalog: typed, read-only views of HF configs and GPU specs.
 
-Models are addressed by their Hugging Face id (``Qwen/Qwen3-32B``) or by a local directory
-holding a ``config.json``; GPUs by their file stem (``h200_sxm``). Unknown names raise
-:class:`CatalogError` listing the closest known names.
+Models are addressed by a local directory holding a ``config.json``, or by a Hugging Face id
+(``Qwen/Qwen3-32B``): a shipped config or an alias of one (:func:`load_model` gives the
+order); GPUs by their file stem (``h200_sxm``). Unknown names raise :class:`CatalogError`
+listing the closest known names.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any, Literal
 import attrs
 
 from servesim import codes
+from servesim.catalog import hub
 from servesim.files import MiB, Unreadable, read_bounded
 
 __all__ = [
@@ -31,10 +33,12 @@ __all__ = [
     "MlpKind",
     "ModelConfigError",
     "ModelInfo",
+    "catalog_id",
     "dtype_name_bytes",
     "gpu_names",
     "load_gpu",
     "load_model",
+    "model_aliases",
     "model_names",
 ]
 
@@ -693,6 +697,19 @@ def _model_files() -> dict[str, str]:
 
 
 @functools.lru_cache(maxsize=1)
+def _aliases() -> dict[str, tuple[str, dict[str, Any] | None]]:
+    """Alias -> (the shipped config it loads, the quantization_config it sets or None)."""
+    text = _resource_dir("aliases.json").read_text(encoding="utf-8")
+    out: dict[str, tuple[str, dict[str, Any] | None]] = {}
+    for alias, target in _parse_json(text, "aliases.json")["aliases"].items():
+        if isinstance(target, str):
+            out[alias] = (target, None)
+        else:
+            out[alias] = (target["config"], target["quantization_config"])
+    return out
+
+
+@functools.lru_cache(maxsize=1)
 def _gpu_files() -> dict[str, str]:
     out: dict[str, str] = {}
     for entry in _resource_dir("hardware").iterdir():
@@ -706,27 +723,73 @@ def model_names() -> list[str]:
     return list(_model_files())
 
 
+def model_aliases() -> dict[str, str]:
+    """Other HF ids of shipped architectures (Instruct and renamed releases), sorted: alias
+    -> the shipped config it loads. An alias keeps its own precision (an FP8 release sets
+    its quantization; a BF16 one never loads an FP8 config)."""
+    return {alias: target for alias, (target, _) in sorted(_aliases().items())}
+
+
+@functools.lru_cache(maxsize=1)
+def _folded_ids() -> dict[str, str]:
+    return {name.lower(): name for name in [*_model_files(), *_aliases()]}
+
+
+def catalog_id(name: str) -> str | None:
+    """The shipped name or alias ``name`` spells (letter case aside, as on the Hub), or
+    None."""
+    return _folded_ids().get(name.lower())
+
+
 def gpu_names() -> list[str]:
     """Names of the shipped GPU specs, sorted."""
     return list(_gpu_files())
 
 
-def _unknown(kind: str, name: str, known: list[str]) -> CatalogError:
+_PRECISION = re.compile(r"(?<![a-z0-9])(fp8|nvfp4|mxfp4|fp4|int4|int8|w4a16|w8a8|awq|gptq)"
+                        r"(?![a-z0-9])")
+
+
+def _precision(name: str) -> str | None:
+    """The weight format a model name announces (``-FP8``, ``-NVFP4`` ...), if any."""
+    found = _PRECISION.search(name.lower())
+    return found.group(1) if found else None
+
+
+def _closest(name: str, known: list[str], *, precision: bool = False) -> list[str]:
+    """Up to three of ``known`` that look like ``name``; with ``precision``, a name that
+    announces another weight format than ``name`` ranks lower (a BF16 id is not offered an
+    FP8 checkpoint first)."""
     query = name.lower()
     query_base = query.rsplit("/", 1)[-1]
+    wanted = _precision(name)
 
     def score(candidate: str) -> float:
         cand = candidate.lower()
         full = difflib.SequenceMatcher(None, query, cand).ratio()
         base = difflib.SequenceMatcher(None, query_base, cand.rsplit("/", 1)[-1]).ratio()
         prefix = cand.startswith(query) or cand.rsplit("/", 1)[-1].startswith(query_base)
-        return max(full, base) + (0.25 if prefix else 0.0)
+        other_format = precision and _precision(candidate) != wanted
+        return max(full, base) + (0.25 if prefix else 0.0) - (0.3 if other_format else 0.0)
 
     ranked = sorted(((score(k), k) for k in known), key=lambda item: -item[0])
-    close = [k for s, k in ranked[:3] if s >= 0.6]
-    if close:
-        return CatalogError(f"unknown {kind} {name!r}; closest known: {', '.join(close)}")
-    return CatalogError(f"unknown {kind} {name!r}; known: {', '.join(known)}")
+    return [k for s, k in ranked[:3] if s >= 0.6]
+
+
+def _unknown_model(name: str, why: str | None = None) -> CatalogError:
+    """An unknown model id: the closest shipped names, and how to make it known."""
+    known = [*model_names(), *_aliases()]
+    close = _closest(name, known, precision=True)
+    message = f"unknown model {name!r}; " + (
+        f"closest known: {', '.join(close)}" if close
+        else f"servesim models lists the {len(known)} known ids")
+    if not hub.is_repo_id(name):
+        return CatalogError(f"{message}. Name a folder holding its config.json, or a "
+                            "Hugging Face model id (org/name)")
+    return CatalogError(
+        f"{message}. It is not in the local Hugging Face cache (HF_HUB_CACHE) either"
+        f"{f'; {why}' if why else ''}. Name a folder holding its config.json, or fetch its "
+        f"config into the cache: huggingface-cli download {name} config.json")
 
 
 def _parse_json(text: str, where: str) -> dict[str, Any]:
@@ -741,40 +804,111 @@ def _parse_json(text: str, where: str) -> dict[str, Any]:
     return data
 
 
+def _with_hf_quant(config: dict[str, Any], hf_quant: Mapping[str, Any],
+                   where: str) -> dict[str, Any]:
+    """``config`` with the quantization of a ModelOpt ``hf_quant_config.json`` when it sets
+    none itself, as vLLM reads such a checkpoint."""
+    tc = config.get("text_config")
+    if config.get("quantization_config") is not None or (
+            isinstance(tc, Mapping) and tc.get("quantization_config") is not None):
+        return config
+    quant = hf_quant.get("quantization")
+    if not isinstance(quant, Mapping):
+        raise CatalogError(f"{where}: 'quantization' must be a table, got {quant!r:.40}")
+    return {**config, "quantization_config": {"quant_method": "modelopt", **quant}}
+
+
 @functools.lru_cache(maxsize=64)
 def _load_catalog_model(name: str) -> ModelInfo:
-    text = _resource_dir("models").joinpath(_model_files()[name]).read_text(encoding="utf-8")
-    return ModelInfo.from_config(name, _parse_json(text, f"model {name!r}"))
+    """A shipped config (or an alias's: its target, with the alias's quantization)."""
+    target, quantization = _aliases().get(name, (name, None))
+    file = _model_files()[target]
+    config = _parse_json(_resource_dir("models").joinpath(file).read_text(encoding="utf-8"),
+                         f"model {target!r}")
+    quant_file = _resource_dir("quant").joinpath(file)
+    if quant_file.is_file():
+        config = _with_hf_quant(config, _parse_json(
+            quant_file.read_text(encoding="utf-8"), f"model {target!r} hf_quant_config.json"),
+            f"model {target!r} hf_quant_config.json")
+    if quantization is not None:
+        config = {**config, "quantization_config": quantization}
+    return ModelInfo.from_config(name, config)
+
+
+def _read_config_file(path: Path, required: bool) -> dict[str, Any] | None:
+    try:
+        text = read_bounded(path, f"a model's {path.name}", MAX_MODEL_CONFIG_BYTES).decode(
+            "utf-8-sig")
+    except Unreadable as exc:
+        if exc.code == codes.FILE_NOT_FOUND and not required:
+            return None
+        if exc.code == codes.FILE_NOT_FOUND:
+            raise ModelConfigError(f"model directory {str(path.parent)!r} has no "
+                                   f"{path.name}") from None
+        raise ModelConfigError(f"cannot read {path}: {exc.message}") from None
+    except UnicodeDecodeError as exc:
+        raise ModelConfigError(f"cannot read {path}: not UTF-8 text (byte {exc.start})"
+                               ) from None
+    try:
+        return _parse_json(text, str(path))
+    except CatalogError as exc:
+        raise ModelConfigError(str(exc)) from None
+
+
+def _load_folder(name: str, folder: Path) -> ModelInfo:
+    """A model folder's ``config.json`` (and ``hf_quant_config.json``, if there)."""
+    config = _read_config_file(folder / "config.json", required=True)
+    assert config is not None
+    hf_quant = _read_config_file(folder / "hf_quant_config.json", required=False)
+    try:
+        if hf_quant is not None:
+            config = _with_hf_quant(config, hf_quant, str(folder / "hf_quant_config.json"))
+        return ModelInfo.from_config(name, config)
+    except CatalogError as exc:
+        raise ModelConfigError(str(exc)) from None
+
+
+def error_code(exc: CatalogError, kind: Literal["model", "hardware"]) -> str:
+    """The diagnostic code of a model or GPU ``load_model``/``load_gpu`` refused."""
+    if isinstance(exc, ModelConfigError):
+        return codes.BAD_MODEL_CONFIG
+    return codes.UNKNOWN_MODEL if kind == "model" else codes.UNKNOWN_HARDWARE
 
 
 def load_model(name: str) -> ModelInfo:
-    """Load a shipped model by HF id, or a local directory holding ``config.json``."""
-    if name in _model_files():
-        return _load_catalog_model(name)
+    """A model's shape. ``name`` is looked up, in this order, as:
+
+    1. a local folder holding ``config.json`` (and ``hf_quant_config.json``, if any);
+    2. a shipped config or an alias of one (:func:`model_names`, :func:`model_aliases`;
+       letter case aside);
+    3. a Hugging Face id (``org/name``) in the local hub cache (:func:`hub.cache_dir`);
+    4. a Hugging Face id whose config files are downloaded from the Hub into that cache
+       (with ``huggingface_hub`` installed, online, ``HF_HUB_OFFLINE`` unset).
+
+    Shipped configs are read once; folders and the cache are read at every call (the
+    environment that names them may change).
+    """
     try:
         path = Path(name).expanduser()
         is_dir, exists = path.is_dir(), path.exists()
-    except (OSError, RuntimeError):  # a name too long for a path, or "~someone" unknown
-        raise _unknown("model", name, model_names()) from None
+    except (OSError, RuntimeError, ValueError):  # too long for a path, "~someone" unknown
+        is_dir = exists = False
     if is_dir:
-        cfg = path / "config.json"
-        try:
-            text = read_bounded(cfg, "a model's config.json", MAX_MODEL_CONFIG_BYTES).decode(
-                "utf-8-sig")
-        except Unreadable as exc:
-            if exc.code == codes.FILE_NOT_FOUND:
-                raise ModelConfigError(f"model directory {name!r} has no config.json") from None
-            raise ModelConfigError(f"cannot read {cfg}: {exc.message}") from None
-        except UnicodeDecodeError as exc:
-            raise ModelConfigError(f"cannot read {cfg}: not UTF-8 text (byte {exc.start})"
-                                   ) from None
-        try:
-            return ModelInfo.from_config(name, _parse_json(text, str(cfg)))
-        except CatalogError as exc:
-            raise ModelConfigError(str(exc)) from None
+        return _load_folder(name, path)
+    known = catalog_id(name)
+    if known is not None:
+        return _load_catalog_model(known)
     if exists:
         raise CatalogError(f"model path {name!r} is not a directory holding config.json")
-    raise _unknown("model", name, model_names())
+    if not hub.is_repo_id(name):
+        raise _unknown_model(name)
+    snapshot = hub.cached_snapshot(name)
+    if snapshot is None:
+        try:
+            snapshot = hub.download(name)
+        except hub.HubError as exc:
+            raise _unknown_model(name, exc.message) from None
+    return _load_folder(name, snapshot)
 
 
 @functools.lru_cache(maxsize=32)
@@ -782,6 +916,8 @@ def load_gpu(name: str) -> GpuSpec:
     """Load a shipped GPU spec by name (e.g. ``h200_sxm``)."""
     files = _gpu_files()
     if name not in files:
-        raise _unknown("gpu", name, list(files))
+        close = _closest(name, list(files))
+        raise CatalogError(f"unknown gpu {name!r}; " + (
+            f"closest known: {', '.join(close)}" if close else f"known: {', '.join(files)}"))
     text = _resource_dir("hardware").joinpath(files[name]).read_text(encoding="utf-8")
     return GpuSpec.from_dict(name, _parse_json(text, f"gpu {name!r}"))

@@ -188,17 +188,12 @@ def _load_model(name: str, base_dir: PathLike | None) -> catalog.ModelInfo:
         "relative to the config's folder, like a trace")
 
 
-# the code of a name the catalog does not know, by the config key that names it
-UNKNOWN_NAME_CODES = {"model": codes.UNKNOWN_MODEL, "hardware": codes.UNKNOWN_HARDWARE}
-
-
 def _lookup(rec: _Recorder, path: Path, name: str, load: Callable[[str], T]) -> T | None:
     try:
         value = load(name)
     except catalog.CatalogError as exc:
-        code = codes.BAD_MODEL_CONFIG if isinstance(exc, catalog.ModelConfigError) \
-            else UNKNOWN_NAME_CODES[str(path[-1])]
-        rec.fail(path, code, str(exc))
+        rec.fail(path, catalog.error_code(exc, "model" if path[-1] == "model" else "hardware"),
+                 str(exc))
         return None
     rec.note(path, "authored")
     return value
