@@ -69,3 +69,13 @@ def test_every_field_of_a_type_a_plugin_sees_is_documented(heading: str) -> None
               else set(inspect.signature(cls).parameters))
     assert len(fields) >= 4
     assert fields - _documented_fields(heading) == set()
+
+
+def test_the_worked_example_gpu_of_the_docs_loads() -> None:
+    import json
+
+    from servesim.catalog import GpuSpec
+
+    text = (DOC.parent / "adding-a-gpu.md").read_text(encoding="utf-8")
+    gpu = GpuSpec.from_dict("h20", json.loads(text.split("```json\n")[1].split("```")[0]))
+    assert gpu.bf16_flops == 148e12 and gpu.num_gpus_per_node == 8
