@@ -109,22 +109,22 @@ class Backend:
             smaller = _labels([b for b in registered if b.min_block_size < self.min_block_size])
             fussy = _labels([b for b in registered if b.min_block_size >= self.min_block_size])
             yield error(codes.BLOCK_SIZE_TOO_SMALL, (*path, "kv_cache", "block_size"),
-                     f"{'/'.join(fussy)} require{'s' if len(fussy) == 1 else ''} block_size "
-                     f">= {self.min_block_size}, got {r.block_size}",
-                     f"{'/'.join(smaller)} is the only backend with single-token pages"
-                     if len(smaller) == 1 else None)
+                        f"{'/'.join(fussy)} require{'s' if len(fussy) == 1 else ''} block_size "
+                        f">= {self.min_block_size}, got {r.block_size}",
+                        f"{'/'.join(smaller)} is the only backend with single-token pages"
+                        if len(smaller) == 1 else None)
         neutral = {"prefill_schedule_interval": 1, "attention_dp_balance": False,
                    "prefill_decode_interval": 0}
         for field in BACKEND_ONLY_FIELDS:
             if getattr(r, field) != neutral[field] and field not in self.scheduler_fields:
                 takers = [b for b in registered if field in b.scheduler_fields]
                 yield error(codes.BACKEND_FIELD, (*path, "scheduler", field),
-                         f"{field} is supported only for {names_of(takers)}, got "
-                         f"backend={r.backend}", _FIELD_HINTS.get(field))
+                            f"{field} is supported only for {names_of(takers)}, got "
+                            f"backend={r.backend}", _FIELD_HINTS.get(field))
         yield from self.own_rules(r, path)
         if not r.enable_chunked_prefill and not self.chunked_prefill_optional:
             yield error(codes.BACKEND_FIELD, ("engine", "enable_chunked_prefill"),
-                     f"enable_chunked_prefill = false is not supported for backend={r.backend}")
+                        f"enable_chunked_prefill = false is not supported for backend={r.backend}")
 
     def own_rules(self, r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
         """Rules of this backend alone (none in the base)."""
