@@ -165,10 +165,43 @@ def report_summary(report: Mapping[str, Any], *, wall_time_ms: float | None = No
             rows.append((f"{status} requests", f"{report[f'{status}_requests']} ({why})"))
     if "goodput_completed_requests" in report:
         rows.append(("goodput (req/s)", f"{report['goodput_request_throughput_rps']:.3f}"))
+    rows += _handoff_rows(report)
     if wall_time_ms is not None:
         rows.append(("simulator wall time (ms)", f"{wall_time_ms:.0f}"))
     for k, v in rows:
         table.add_row(k, v)
+    return table
+
+
+def _handoff_rows(report: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """A P/D run's KV transfers and what did not complete, zeros included."""
+    if "kv_transfers" not in report:
+        return []
+    rows = [("KV transfers", f"{report['kv_transfers']} (mean "
+             f"{report.get('mean_kv_transfer_ms', 0.0):.2f} ms on the link)")]
+    rows += [(f"{status} requests", str(report.get(f"{status}_requests", 0)))
+             for status in ("rejected", "incomplete") if not report.get(f"{status}_requests")]
+    return rows
+
+
+TTFT_PART_LABELS = (("prefill_queue", "prefill queue"), ("prefill", "prefill"),
+                    ("kv_transfer", "KV transfer"), ("decode_queue", "decode queue"),
+                    ("first_decode", "first decode pass"))
+
+
+def ttft_breakdown_table(report: Mapping[str, Any]) -> Table | None:
+    """The parts of the TTFT (queued, transferred, computed) the report has, or None."""
+    parts = [(name, label) for name, label in TTFT_PART_LABELS
+             if f"mean_ttft_{name}_ms" in report]
+    if not parts:
+        return None
+    table = Table(title="TTFT breakdown (ms)", show_header=True, header_style="bold")
+    table.add_column("part")
+    stats = ("mean", "median", "p90", "p99", "max")
+    for col in stats:
+        table.add_column(col, justify="right")
+    for name, label in parts:
+        table.add_row(label, *(f"{report.get(f'{k}_ttft_{name}_ms', 0.0):.2f}" for k in stats))
     return table
 
 
