@@ -260,6 +260,7 @@ def stage_to_data(artifact: Any) -> Any:
             "roles": {k: _drop_none(conv.unstructure(v)) for k, v in artifact.roles.items()},
             "kv_transfer": conv.unstructure(artifact.kv_transfer),
             "workload": artifact.workload, "sla": conv.unstructure(artifact.sla),
+            "gpu_hour_usd": conv.unstructure(artifact.gpu_hour_usd),
             "provenance": {k: _drop_none(conv.unstructure(v))
                            for k, v in sorted(artifact.provenance.items())},
             "metadata": artifact.metadata,

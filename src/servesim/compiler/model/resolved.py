@@ -7,7 +7,7 @@ from typing import Any, Literal
 import attrs
 
 from servesim.compiler.model.parsed import ParsedConfig
-from servesim.payload import KvTransferArgs, RoleArgs, SlaArgs
+from servesim.payload import GpuPriceArgs, KvTransferArgs, RoleArgs, SlaArgs
 
 Origin = Literal["authored", "defaulted", "derived"]
 
@@ -39,6 +39,7 @@ class ResolvedConfig:
     provenance: dict[str, Provenance] = attrs.field(factory=dict)
     metadata: dict[str, Any] = attrs.field(factory=dict)
     engine_options: dict[str, Any] = attrs.field(factory=dict)  # the engine's, defaults applied
+    gpu_hour_usd: dict[str, GpuPriceArgs] = attrs.field(factory=dict)  # by the roles' hardware
 
 
 @attrs.frozen

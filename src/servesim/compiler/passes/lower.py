@@ -28,7 +28,8 @@ def lower(cfg: ValidatedConfig, ctx: CompileContext) -> Payload:
     }
     payload = Payload(engine=r.engine, mode=r.mode, roles=dict(r.roles), workload=r.workload,
                       kv_transfer=r.kv_transfer, sla=r.sla, provenance=provenance,
-                      engine_options=dict(r.engine_options), servesim_version=__version__)
+                      engine_options=dict(r.engine_options), gpu_hour_usd=dict(r.gpu_hour_usd),
+                      servesim_version=__version__)
     if ctx.registry is not None:
         engine = ctx.registry.get(r.engine)
         if engine is None:

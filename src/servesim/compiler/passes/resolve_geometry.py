@@ -44,6 +44,7 @@ from servesim.compiler.plugin_sections import resolve_engine_options
 from servesim.errors import CompileError, Diagnostic, Path, format_path
 from servesim.payload import (
     CalibrationArgs,
+    GpuPriceArgs,
     KvTransferArgs,
     Placement,
     RoleArgs,
@@ -52,6 +53,7 @@ from servesim.payload import (
     StateCacheArgs,
     TimingArgs,
 )
+from servesim.sweep import pricing
 
 T = TypeVar("T")
 
@@ -129,11 +131,31 @@ def resolve_geometry(cfg: ParsedConfig, ctx: CompileContext) -> ResolvedConfig:
     if cfg.evaluation is not None and cfg.evaluation.sla is not None:
         s = cfg.evaluation.sla
         sla = SlaArgs(ttft_ms=s.ttft_ms, itl_ms=s.itl_ms, e2e_ms=s.e2e_ms)
+    prices = _gpu_prices(rec, cfg.evaluation.gpu_hour_usd if cfg.evaluation else None, roles)
     if rec.diagnostics:
         raise CompileError(rec.diagnostics)
     return ResolvedConfig(parsed=cfg, engine=engine, engine_options=engine_options,
                           mode=mode, roles=roles, workload=workload, kv_transfer=kv_transfer,
-                          sla=sla, provenance=rec.provenance, metadata=metadata)
+                          sla=sla, provenance=rec.provenance, metadata=metadata,
+                          gpu_hour_usd=prices)
+
+
+def _gpu_prices(rec: _Recorder, authored: pricing.Authored,
+                roles: dict[str, RoleArgs]) -> dict[str, GpuPriceArgs]:
+    """The price of each GPU type the roles run on (a GPU the catalog does not price has
+    none, and no cost)."""
+    out: dict[str, GpuPriceArgs] = {}
+    for hardware in dict.fromkeys(role.hardware for role in roles.values()):
+        price = pricing.gpu_hour_price(hardware, authored)
+        if price is None:
+            continue
+        out[hardware] = price
+        path = (*pricing.PRICE_PATH, hardware)
+        if price.source == "config":
+            rec.note(path, "authored")
+        else:
+            rec.note(path, "defaulted", "the catalog's indicative price")
+    return out
 
 
 def _load_model(name: str, base_dir: PathLike | None) -> catalog.ModelInfo:

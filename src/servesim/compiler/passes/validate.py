@@ -18,10 +18,12 @@ from servesim.compiler.context import CompileContext
 from servesim.compiler.model.resolved import ResolvedConfig, ValidatedConfig
 from servesim.errors import CompileError
 from servesim.rules import check_deployment
+from servesim.sweep.pricing import check_prices
 
 
 def validate(cfg: ResolvedConfig, ctx: CompileContext) -> ValidatedConfig:
-    diags = check_deployment(cfg.mode, cfg.roles, cfg.kv_transfer)
+    diags = check_deployment(cfg.mode, cfg.roles, cfg.kv_transfer) \
+        + check_prices(cfg.gpu_hour_usd, cfg.roles)
     if diags:
         raise CompileError([attrs.evolve(d, stage="validate") for d in diags])
     return ValidatedConfig(cfg)
