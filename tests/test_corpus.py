@@ -24,7 +24,7 @@ import pytest
 from servesim.cli import main
 from servesim.compiler.model.parsed import ParsedConfig
 from servesim.errors import format_path
-from servesim.payload import Payload, RoleArgs, role_field_path
+from servesim.payload import GpuPriceArgs, Payload, RoleArgs, role_field_path
 from servesim.plugins.manager import DISABLE_AUTOLOAD_ENV
 
 from .conftest import Golden
@@ -272,11 +272,12 @@ PAYLOAD_SKELETONS: dict[tuple[str, ...], dict[str, Any]] = {
     ("roles", "aggregated", "state_cache"): {"bytes_per_request": 1, "state_blocks": 1,
                                              "allocated_bytes_per_request": 4194304},
     ("kv_transfer",): {"bytes_per_token": 1, "bandwidth_gb_per_second": 1.0},
+    ("gpu_hour_usd", "h200_sxm"): {"usd_per_hour": 1.0, "source": "config"},
 }
 
 
 def payload_limit_cases() -> Iterator[tuple[str, dict[str, Any], Limit, Any]]:
-    place = {RoleArgs: ("roles", "aggregated")}
+    place = {RoleArgs: ("roles", "aggregated"), GpuPriceArgs: ("gpu_hour_usd", "h200_sxm")}
     for limit in _limits(Payload, (), place):
         if limit.path[0] == "workload":
             # the traffic table's bounds, run by the config cases; a payload at the limit
@@ -336,6 +337,8 @@ def test_numbers_at_and_past_every_limit(tmp_path: Path, capsys: pytest.CaptureF
             path = (*role_field_path(path[1], path[2]), *path[3:])
         elif path[0] == "sla":
             path = ("evaluation", *path)
+        elif path[0] == "gpu_hour_usd":  # a GPU's price, named by the GPU's config key
+            path = ("evaluation", *path[:2])
         else:
             path = ("engine", *path)
         # type errors name the payload key, limits the config key the value comes from

@@ -225,7 +225,11 @@ def test_request_record_json_fields() -> None:
         "itl_ms": 7.5, "input_length": 100, "requested_output_length": 4, "output_length": 3,
         "reused_input_tokens": 64, "first_admission_g1_reused_input_tokens": 32,
         "prefill_worker_idx": None, "decode_worker_idx": 0, "num_preemptions": 1,
-        "terminal_status": "completed",
+        "terminal_status": "completed", "prefill_end_ms": None, "kv_transfer_start_ms": None,
+        "kv_transfer_end_ms": None, "decode_admit_ms": None,
+        # aggregated: queued from arrival to the first pass, which ends with the first token
+        "ttft_prefill_queue_ms": 2.0, "ttft_prefill_ms": 18.0, "ttft_kv_transfer_ms": None,
+        "ttft_decode_queue_ms": None, "ttft_first_decode_ms": None,
     }
     rejected = request_record_json(rec(5.0, [], status="rejected", terminal=5.0))
     assert rejected["ttft_ms"] is None and rejected["first_token_ms"] is None

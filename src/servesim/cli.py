@@ -357,7 +357,7 @@ def load_input(path: str, registry: EngineRegistry,
 def _replay(args: argparse.Namespace, registry: EngineRegistry, out: Console,
             err: Console) -> int:
     from servesim.engines.kernel.audit import check_invariants
-    from servesim.render import report_summary, report_table
+    from servesim.render import report_summary, report_table, ttft_breakdown_table
     from servesim.replay import replay_payload
 
     output = _output_path(args.output, "-o")
@@ -396,6 +396,9 @@ def _replay(args: argparse.Namespace, registry: EngineRegistry, out: Console,
     else:
         out.print(report_summary(report, wall_time_ms=outcome.wall_time_ms))
         out.print(report_table(report))
+        breakdown = ttft_breakdown_table(report)
+        if breakdown is not None:
+            out.print(breakdown)
         if args.output:
             err.print(f"wrote {shown(args.output)}")
     return EXIT_OK

@@ -90,6 +90,9 @@ UNKNOWN_MODEL = "unknown-model"
 UNKNOWN_HARDWARE = "unknown-hardware"
 """A GPU name the catalog does not know."""
 
+UNUSED_PRICE = "unused-price"
+"""A payload prices a GPU none of its roles runs on."""
+
 BAD_MODEL_CONFIG = "bad-model-config"
 """A model's config.json cannot be used (malformed, missing sizes)."""
 

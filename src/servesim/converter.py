@@ -142,6 +142,15 @@ def _is_scalar_union(tp: Any) -> bool:
     return len(members) > 1 and all(m in (int, float) or get_origin(m) is Literal for m in members)
 
 
+def _is_number_or_table(tp: Any) -> bool:
+    """``float | dict[str, float]``: one number, or a table of them by name."""
+    if not _is_union(tp):
+        return False
+    members = _union_members(tp)
+    return len(members) == 2 and any(m in (int, float) for m in members) and any(
+        get_origin(m) is dict for m in members)
+
+
 def make_converter() -> cattrs.Converter:
     conv = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
     conv.register_structure_hook(int, _int)
@@ -171,6 +180,17 @@ def make_converter() -> cattrs.Converter:
         return out
 
     conv.register_structure_hook_func(lambda t: t is dict or get_origin(t) is dict, dict_hook)
+
+    def number_or_table(value: Any, tp: Any) -> Any:
+        table, number = sorted(_union_members(tp), key=lambda m: get_origin(m) is not dict)
+        if isinstance(value, dict):
+            return dict_hook(value, table)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise _TypeMismatch(f"expected a number or a table of numbers, got "
+                                f"{_describe(value)}")
+        return conv.structure(value, number)
+
+    conv.register_structure_hook_func(_is_number_or_table, number_or_table)
 
     def list_hook(value: Any, tp: Any) -> list[Any]:
         if not isinstance(value, list):
@@ -368,12 +388,16 @@ def check_limits(obj: Any, root: Path = (),
 
 
 def check_limits_of_field(f: Any, value: Any, path: Path) -> list[Diagnostic]:
-    """Bounds of one field's value (each item of a list or tuple)."""
+    """Bounds of one field's value (each item of a list or tuple, each value of a dict)."""
     lo, hi = f.metadata.get("lo"), f.metadata.get("hi")
     if value is None or (lo is None and hi is None):
         return []
     out = []
-    items = list(enumerate(value)) if isinstance(value, (list, tuple)) else [(None, value)]
+    items: list[tuple[Any, Any]] = [(None, value)]
+    if isinstance(value, (list, tuple)):
+        items = list(enumerate(value))
+    elif isinstance(value, dict):  # a table of numbers by name
+        items = list(value.items())
     for idx, v in items:
         if isinstance(v, (str, bool)) or not isinstance(v, (int, float)):
             continue

@@ -35,6 +35,7 @@ CONCURRENCY = 2**20
 RANKS = 2**16  # scheduler ranks of one role (replicas x attention_data): each holds state
 CALIBRATION_SCALE = (0.01, 100.0)  # a fitted scale of prompt or decode work
 CALIBRATION_MS = 1e6  # a fitted fixed time (per pass, per request)
+GPU_HOUR_USD = 1e6  # a GPU-hour's price (above zero)
 
 
 def bounded(lo: float | None = None, hi: float | None = None, *, lo_open: bool = False,

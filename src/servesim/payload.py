@@ -171,6 +171,16 @@ class SlaArgs:
 
 
 @attrs.frozen
+class GpuPriceArgs:
+    """The price of one GPU type of the deployment: USD per GPU-hour, and whether it is the
+    shipped catalog's or the config's (``[evaluation] gpu_hour_usd``)."""
+
+    usd_per_hour: float = attrs.field(metadata={"lo": 0.0, "hi": L.GPU_HOUR_USD,
+                                                "lo_open": True})
+    source: Literal["catalog", "config"] = "catalog"
+
+
+@attrs.frozen
 class Payload:
     """The versioned document an engine replays."""
 
@@ -184,6 +194,9 @@ class Payload:
     # The engine's own options ([engine.options]), structured by its Options class with
     # defaults applied; {} for an engine without options. Added in v1 (additive).
     engine_options: dict[str, Any] = attrs.field(factory=dict)
+    # The price of each GPU type the roles run on (by hardware name), for the report's
+    # costs; a GPU without one has no cost. Added in v1 (additive).
+    gpu_hour_usd: dict[str, GpuPriceArgs] = attrs.field(factory=dict)
     schema_version: int = SCHEMA_VERSION
     servesim_version: str = ""
 

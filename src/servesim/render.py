@@ -93,6 +93,10 @@ def resolved_tree(cfg: ResolvedConfig) -> Tree:
         sub = traffic.add(Text(shown(section)))
         for key, value in values.items():
             _leaf(sub, key, value, prov.get(f"traffic.{section}.{key}"))
+    if payload.gpu_hour_usd:
+        prices = root.add(Text("evaluation.gpu_hour_usd (USD per GPU-hour)", style="bold"))
+        for gpu, price in payload.gpu_hour_usd.items():
+            _leaf(prices, gpu, price.usd_per_hour, prov.get(f"evaluation.gpu_hour_usd.{gpu}"))
     if payload.sla is not None:
         sla = root.add(Text("evaluation.sla", style="bold"))
         for f in attrs.fields(type(payload.sla)):
@@ -166,10 +170,65 @@ def report_summary(report: Mapping[str, Any], *, wall_time_ms: float | None = No
             rows.append((f"{status} requests", f"{report[f'{status}_requests']} ({why})"))
     if "goodput_completed_requests" in report:
         rows.append(("goodput (req/s)", f"{report['goodput_request_throughput_rps']:.3f}"))
+    rows += _handoff_rows(report) + _cost_rows(report)
     if wall_time_ms is not None:
         rows.append(("simulator wall time (ms)", f"{wall_time_ms:.0f}"))
     for k, v in rows:
         table.add_row(k, v)
+    return table
+
+
+def _handoff_rows(report: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """A P/D run's KV transfers and what did not complete, zeros included."""
+    if "kv_transfers" not in report:
+        return []
+    rows = [("KV transfers", f"{report['kv_transfers']} (mean "
+             f"{report.get('mean_kv_transfer_ms', 0.0):.2f} ms on the link)")]
+    rows += [(f"{status} requests", str(report.get(f"{status}_requests", 0)))
+             for status in ("rejected", "incomplete") if not report.get(f"{status}_requests")]
+    return rows
+
+
+def _cost_rows(report: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Output per GPU and per replica, each role's GPUs and their price (with its source),
+    and what they cost."""
+    if "gpus" not in report:
+        return []
+    gpus = report["gpus"]
+    rows = [("output tok/s per GPU", f"{report['output_tok_s_per_gpu']:.1f} ({gpus} "
+             f"GPU{'s' if gpus != 1 else ''})"),
+            ("output tok/s per replica", f"{report['output_tok_s_per_replica']:.1f}")]
+    for role, p in report.get("gpu_prices", {}).items():
+        price = "no price" if p["usd_per_gpu_hour"] is None else \
+            f"${p['usd_per_gpu_hour']:.2f}/GPU-hour ({shown(p['source'])} price)"
+        rows.append((f"{shown(role)} GPUs", f"{p['gpus']} x {shown(p['hardware'])}, {price}"))
+    money = (("cost (USD/hour)", "usd_per_hour", "{:.2f}"),
+             ("cost per 1M output tokens (USD)", "usd_per_million_output_tokens", "{:.3f}"),
+             ("cost of the GPU hours (USD)", "gpu_hours_cost_usd", "{:.4f}"))
+    for label, key, fmt in money:
+        value = report.get(key)
+        rows.append((label, "unknown" if value is None else fmt.format(value)))
+    return rows
+
+
+TTFT_PART_LABELS = (("prefill_queue", "prefill queue"), ("prefill", "prefill"),
+                    ("kv_transfer", "KV transfer"), ("decode_queue", "decode queue"),
+                    ("first_decode", "first decode pass"))
+
+
+def ttft_breakdown_table(report: Mapping[str, Any]) -> Table | None:
+    """The parts of the TTFT (queued, transferred, computed) the report has, or None."""
+    parts = [(name, label) for name, label in TTFT_PART_LABELS
+             if f"mean_ttft_{name}_ms" in report]
+    if not parts:
+        return None
+    table = Table(title="TTFT breakdown (ms)", show_header=True, header_style="bold")
+    table.add_column("part")
+    stats = ("mean", "median", "p90", "p99", "max")
+    for col in stats:
+        table.add_column(col, justify="right")
+    for name, label in parts:
+        table.add_row(label, *(f"{report.get(f'{k}_ttft_{name}_ms', 0.0):.2f}" for k in stats))
     return table
 
 

@@ -29,6 +29,7 @@ from servesim.payload import Payload, map_paths, payload_to_dict
 from servesim.plugins import checked
 from servesim.plugins.manager import EngineRegistry
 from servesim.rules import prompt_over_budget
+from servesim.sweep.pricing import cost_figures
 from servesim.timing.measured import measured_notes
 from servesim.timing.registry import make_timer, use_providers
 from servesim.version import __version__
@@ -170,6 +171,8 @@ def replay_payload(payload: Payload, *, registry: EngineRegistry, base_dir: Path
         extra["timing_sources"] = timing_sources
     report = collector.report(wall_time_ms=0.0, gpu_seconds=result.gpu_seconds, extra=extra)
     del report["wall_time_ms"]
+    report.update(cost_figures(payload.roles, payload.gpu_hour_usd,
+                               report["output_throughput_tok_s"], result.gpu_seconds))
     return ReplayOutcome(report=report, wall_time_ms=wall_ms, warnings=tuple(warnings))
 
 

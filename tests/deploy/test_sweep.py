@@ -80,6 +80,15 @@ def test_derived_columns_follow_from_the_report_and_the_prices(
         assert row["servesim_version"] and row["payload_sha256"]
 
 
+def test_one_config_price_prices_every_point_s_gpus(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, _ = run(capsys, "sweep", "tiny.toml", "--set", f"{TENSOR}=2",
+                     "--set", "engine.hardware=h100_sxm,b200_sxm",
+                     "--set", "evaluation.gpu_hour_usd=1.5", "-o", "r.json")
+    assert code == 0
+    assert [row["usd_per_hour"] for row in rows_of("r.json")] == [3.0, 3.0]
+
+
 def test_every_catalog_gpu_has_a_shipped_price() -> None:
     from servesim.catalog import gpu_names
 

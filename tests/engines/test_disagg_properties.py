@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from servesim.engines.disagg.engine import DisaggReplay
 from servesim.engines.disagg.ranks import DecodeRank, PrefillRank
 from servesim.engines.disagg.transfer import transfer_delay_ms
+from servesim.engines.kernel.metrics import TTFT_PARTS, ttft_parts
 from servesim.engines.kernel.requests import RequestRecord
 from servesim.payload import KvTransferArgs, RoleArgs, StateCacheArgs
 
@@ -101,3 +102,20 @@ def test_replays_are_deterministic(case: Case) -> None:
     first, _ = replayed(_replay(case))
     second, _ = replayed(_replay(case))
     assert first == second
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_handoff_instants_are_ordered_and_split_the_ttft_exactly(case: Case) -> None:
+    records: dict[int, RequestRecord] = {}
+    _replay(case)(sink_once(records)).run()
+    for r in records.values():
+        if not r.token_times:
+            continue
+        instants = [r.arrival_ms, r.first_admit_ms, r.prefill_end_ms, r.kv_transfer_start_ms,
+                    r.kv_transfer_end_ms, r.decode_admit_ms, r.token_times[0]]
+        assert None not in instants
+        assert instants == sorted(instants)  # type: ignore[type-var]
+        parts = ttft_parts(r)
+        assert parts is not None and list(parts) == list(TTFT_PARTS)
+        assert sum(parts.values()) == r.token_times[0] - r.arrival_ms

@@ -73,3 +73,33 @@ def test_compiled_disagg_payload_replays_like_its_config(tmp_path: Path) -> None
     a = _replay(config, tmp_path / "a.json")
     b = _replay(payload, tmp_path / "b.json")
     assert a == b
+
+
+def test_requests_out_splits_every_ttft_and_the_summary_shows_the_handoff(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "120")
+    requests = tmp_path / "requests.jsonl"
+    assert main(["replay", str(EXAMPLES / "llama70b_disagg.toml"), "--quiet",
+                 "--requests-out", str(requests), "-o", str(tmp_path / "r.json")]) == 0
+    out = capsys.readouterr().out
+    report = json.loads((tmp_path / "r.json").read_text())
+    parts = ("prefill_queue", "prefill", "kv_transfer", "decode_queue", "first_decode")
+    transfer = 4096 * 81920 / 25.0 / 1e6
+    for line in map(json.loads, requests.read_text().splitlines()):
+        values = [line[f"ttft_{part}_ms"] for part in parts]
+        assert sum(values) == line["ttft_ms"]
+        assert line["ttft_prefill_ms"] == pytest.approx(120.0, rel=1e-12)
+        assert line["ttft_first_decode_ms"] == pytest.approx(25.0, rel=1e-12)
+        assert line["ttft_kv_transfer_ms"] == pytest.approx(transfer, rel=1e-12)
+        assert line["kv_transfer_end_ms"] - line["kv_transfer_start_ms"] == pytest.approx(
+            transfer, rel=1e-12)
+        assert 0.0 <= line["ttft_decode_queue_ms"] < 25.0  # the decode pass in flight
+    assert report["mean_ttft_prefill_ms"] == pytest.approx(120.0, rel=1e-12)
+    assert report["p99_ttft_first_decode_ms"] == pytest.approx(25.0, rel=1e-12)
+    assert f"KV transfers {report['kv_transfers']} (mean {transfer:.2f} ms on the link)" in \
+        " ".join(out.split())
+    assert "rejected requests 0" in " ".join(out.split())
+    assert "TTFT breakdown (ms)" in out
+    row = next(line for line in out.splitlines() if "decode queue" in line)
+    assert f"{report['mean_ttft_decode_queue_ms']:.2f}" in row

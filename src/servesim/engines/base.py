@@ -20,6 +20,7 @@ from servesim.engines.kernel.requests import RequestRecord, Workload
 from servesim.errors import Diagnostic
 from servesim.payload import Payload
 from servesim.rules import check_deployment
+from servesim.sweep.pricing import check_prices
 
 
 @attrs.frozen
@@ -110,6 +111,7 @@ class Engine(abc.ABC):
         out = check_deployment(payload.mode, payload.roles, payload.kv_transfer)
         if payload.sla is not None:
             out.extend(check_limits(payload.sla, ("evaluation", "sla")))
+        out.extend(check_prices(payload.gpu_hour_usd, payload.roles))
         if payload.mode not in self.MODES:
             out.append(Diagnostic(code=codes.ENGINE_MODE, path=("engine", "mode"), stage="lower",
                                   message=f"engine {self.NAME!r} does not run {payload.mode} "

@@ -89,6 +89,8 @@ def _class_schema(cls: type, defs: dict[str, Any], *, defaults: bool = False,
         lo, hi = f.metadata.get("lo"), f.metadata.get("hi")
         target = s.get("items", s) if s.get("type") == "array" else s
         for branch in target.get("anyOf", [target]):
+            if branch.get("type") == "object":  # a table of numbers by name
+                branch = branch.get("additionalProperties") or {}
             if branch.get("type") in ("integer", "number"):
                 if lo is not None:
                     branch["exclusiveMinimum" if f.metadata.get("lo_open") else "minimum"] = lo

@@ -12,8 +12,6 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from servesim.payload import Payload
-
 STATS = ("min", "max", "mean", "median", "std", "p75", "p90", "p95", "p99")
 # derived columns, in the order they are shown
 DERIVED = ("gpus", "goodput_rps_per_gpu", "output_tok_s_per_gpu", "usd_per_hour",
@@ -26,25 +24,19 @@ def column_name(metric: str) -> str:
     return f"{stat}_{name}" if dot and stat in STATS else metric.strip()
 
 
-def derived_columns(report: Mapping[str, Any], payload: Payload,
-                    prices: Mapping[str, float]) -> dict[str, Any]:
-    """GPUs of the deployment, goodput and output throughput per GPU, its price per hour
-    (every GPU priced at its hardware's GPU-hour price; None when one has none), cost per
-    million output tokens and good requests per dollar."""
-    gpus = sum(role.gpus for role in payload.roles.values())
-    priced = [prices.get(role.hardware) for role in payload.roles.values()]
-    usd_per_hour = None if None in priced else sum(
-        role.gpus * float(p or 0.0) for role, p in zip(payload.roles.values(), priced,
-                                                        strict=True))
-    output_tok_s = float(report.get("output_throughput_tok_s") or 0.0)
+def derived_columns(report: Mapping[str, Any]) -> dict[str, Any]:
+    """The report's GPUs, output per GPU and costs (see :func:`servesim.sweep.pricing.
+    cost_figures`), and goodput per GPU and good requests per dollar."""
+    gpus = int(report.get("gpus") or 0)
+    usd_per_hour = report.get("usd_per_hour")
     goodput_rps = float(report.get("goodput_request_throughput_rps") or 0.0)
     return {
         "gpus": gpus,
-        "goodput_rps_per_gpu": goodput_rps / gpus,
-        "output_tok_s_per_gpu": output_tok_s / gpus,
+        "goodput_rps_per_gpu": goodput_rps / gpus if gpus else 0.0,
+        "output_tok_s_per_gpu": report.get("output_tok_s_per_gpu"),
         "usd_per_hour": usd_per_hour,
-        "usd_per_million_output_tokens": _ratio(usd_per_hour, output_tok_s * 3600 / 1e6),
-        "goodput_requests_per_usd": _ratio(goodput_rps * 3600,  usd_per_hour),
+        "usd_per_million_output_tokens": report.get("usd_per_million_output_tokens"),
+        "goodput_requests_per_usd": _ratio(goodput_rps * 3600, usd_per_hour),
     }
 
 

@@ -18,7 +18,6 @@ from typing import Any
 import attrs
 
 from servesim.compiler import compile_source
-from servesim.compiler.model.parsed import ParsedConfig
 from servesim.compiler.overrides import Override, format_key
 from servesim.compiler.source import SourceText
 from servesim.errors import ServesimError
@@ -27,7 +26,6 @@ from servesim.plugins.manager import EngineRegistry, get_plugin_manager
 from servesim.replay import replay_payload
 from servesim.search.goals import Constraint, LoadSearch
 from servesim.sweep.metrics import derived_columns, report_columns
-from servesim.sweep.pricing import gpu_hour_prices
 
 Task = tuple[int, tuple[Override, ...]]
 
@@ -62,25 +60,17 @@ def registry_for(plugins: tuple[str, ...]) -> EngineRegistry:
 
 
 def compile_point(base: Base, point: tuple[Override, ...],
-                  registry: EngineRegistry) -> tuple[Payload, dict[str, float]]:
-    """The point's payload and GPU-hour prices (the config's over the shipped ones)."""
-    parsed: list[ParsedConfig] = []
-
-    def keep_parsed(stage: str, artifact: Any) -> None:
-        if stage == "parse":
-            parsed.append(artifact)
-
-    payload: Payload = compile_source(base.source(point), registry=registry,
-                                      on_stage=keep_parsed)
-    evaluation = parsed[0].evaluation
-    return payload, gpu_hour_prices(evaluation.gpu_hour_usd if evaluation else None)
+                  registry: EngineRegistry) -> Payload:
+    """The point's payload (with the GPU-hour prices its report's costs come from)."""
+    payload: Payload = compile_source(base.source(point), registry=registry)
+    return payload
 
 
 def input_files(base: Base, registry: EngineRegistry) -> list[str]:
     """The files the config (without a point's overrides) names: its trace and timing
     tables (none when it does not compile: then each point says why)."""
     try:
-        payload, _ = compile_point(base, (), registry)
+        payload = compile_point(base, (), registry)
     except ServesimError:
         return []
     return payload_files(payload)
@@ -110,7 +100,7 @@ def run_trial(base: Base, task: Task, registry: EngineRegistry,
 def _replayed(base: Base, point: tuple[Override, ...], registry: EngineRegistry,
               local_files: Mapping[str, str] | None) -> dict[str, Any]:
     try:
-        payload, prices = compile_point(base, point, registry)
+        payload = compile_point(base, point, registry)
     except ServesimError as exc:
         return {"status": "invalid", "error": _errors(exc)}
     if local_files:
@@ -122,7 +112,7 @@ def _replayed(base: Base, point: tuple[Override, ...], registry: EngineRegistry,
     except ServesimError as exc:
         return {"status": "failed", "error": _errors(exc)}
     return {"status": "ok", "error": None,
-            **derived_columns(report, payload, prices), **report_columns(report)}
+            **derived_columns(report), **report_columns(report)}
 
 
 def _errors(exc: ServesimError) -> str:

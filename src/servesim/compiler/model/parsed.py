@@ -25,6 +25,7 @@ from servesim.limits import (
     CONCURRENCY,
     CONTEXT,
     COUNT,
+    GPU_HOUR_USD,
     LATENCY_MS,
     PARALLEL,
     REPLICAS,
@@ -232,8 +233,9 @@ class Sla:
 @attrs.frozen
 class Evaluation:
     sla: Sla | None = None
-    # USD per GPU-hour by catalog GPU, over the shipped prices (sweep and search costs)
-    gpu_hour_usd: dict[str, Any] | None = None
+    # USD per GPU-hour: one price for every GPU of the deployment, or a table of prices by
+    # catalog GPU; over the shipped prices (the report's, sweep's and search's costs)
+    gpu_hour_usd: float | dict[str, float] | None = limits(0.0, GPU_HOUR_USD, lo_open=True)
 
 
 @attrs.frozen

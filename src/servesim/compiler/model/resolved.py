@@ -46,6 +46,7 @@ class ResolvedConfig:
             **({"engine_options": data["engine_options"]} if data["engine_options"] else {}),
             "roles": data["roles"], "kv_transfer": data["kv_transfer"],
             "workload": data["workload"], "sla": data["sla"],
+            "gpu_hour_usd": data["gpu_hour_usd"],
             "provenance": {k: drop_none(conv.unstructure(v))
                            for k, v in sorted(self.provenance.items())},
             "metadata": self.metadata,

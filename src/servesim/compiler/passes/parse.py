@@ -37,7 +37,7 @@ from servesim.compiler.plugin_sections import check_plugin_sections
 from servesim.compiler.source import SourceText, load_toml
 from servesim.converter import check_limits, make_converter, structure
 from servesim.errors import CompileError, Diagnostic, Path, error
-from servesim.sweep.pricing import check_prices
+from servesim.sweep.pricing import check_price_names
 from servesim.traffic_rules import check_traffic
 
 
@@ -65,7 +65,7 @@ def check_shape(cfg: ParsedConfig) -> Iterator[Diagnostic]:
     yield from _engine(cfg.engine)
     yield from _traffic(cfg.traffic)
     sla = cfg.evaluation.sla if cfg.evaluation else None
-    yield from check_prices(cfg.evaluation.gpu_hour_usd if cfg.evaluation else None)
+    yield from check_price_names(cfg.evaluation.gpu_hour_usd if cfg.evaluation else None)
     if sla is not None and sla.e2e_ms is not None and (sla.ttft_ms is not None
                                                        or sla.itl_ms is not None):
         yield error(codes.SLA_EXCLUSIVE, ("evaluation", "sla", "e2e_ms"),

@@ -44,6 +44,7 @@ from servesim.compiler.plugin_sections import resolve_engine_options, resolve_ti
 from servesim.errors import CompileError, Diagnostic, Path, format_path
 from servesim.payload import (
     CalibrationArgs,
+    GpuPriceArgs,
     KvTransferArgs,
     Payload,
     Placement,
@@ -53,6 +54,7 @@ from servesim.payload import (
     StateCacheArgs,
     TimingArgs,
 )
+from servesim.sweep import pricing
 from servesim.version import __version__
 from servesim.workloads import spec
 from servesim.workloads.spec import WorkloadSpec
@@ -107,11 +109,13 @@ def resolve_geometry(cfg: ParsedConfig, ctx: CompileContext) -> ResolvedConfig:
     if cfg.evaluation is not None and cfg.evaluation.sla is not None:
         s = cfg.evaluation.sla
         sla = SlaArgs(ttft_ms=s.ttft_ms, itl_ms=s.itl_ms, e2e_ms=s.e2e_ms)
+    prices = _gpu_prices(rec, cfg.evaluation.gpu_hour_usd if cfg.evaluation else None, roles)
     if rec.diagnostics:
         raise CompileError(rec.diagnostics)
     payload = Payload(engine=engine, mode=mode, roles=roles, workload=workload,
                       kv_transfer=kv_transfer, sla=sla, provenance=_summary(metadata),
-                      engine_options=engine_options, servesim_version=__version__)
+                      engine_options=engine_options, gpu_hour_usd=prices,
+                      servesim_version=__version__)
     return ResolvedConfig(parsed=cfg, payload=payload, provenance=rec.provenance,
                           metadata=metadata)
 
@@ -168,6 +172,24 @@ def _summary(metadata: dict[str, Any]) -> dict[str, Any]:
         "capacity": {name: meta["capacity"] for name, meta in metadata.items()
                      if "capacity" in meta},
     }
+
+
+def _gpu_prices(rec: _Recorder, authored: pricing.Authored,
+                roles: dict[str, RoleArgs]) -> dict[str, GpuPriceArgs]:
+    """The price of each GPU type the roles run on (a GPU the catalog does not price has
+    none, and no cost)."""
+    out: dict[str, GpuPriceArgs] = {}
+    for hardware in dict.fromkeys(role.hardware for role in roles.values()):
+        price = pricing.gpu_hour_price(hardware, authored)
+        if price is None:
+            continue
+        out[hardware] = price
+        path = (*pricing.PRICE_PATH, hardware)
+        if price.source == "config":
+            rec.note(path, "authored")
+        else:
+            rec.note(path, "defaulted", "the catalog's indicative price")
+    return out
 
 
 def _load_model(name: str, base_dir: PathLike | None) -> catalog.ModelInfo:

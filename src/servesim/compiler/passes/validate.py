@@ -18,11 +18,13 @@ from servesim.compiler.context import CompileContext
 from servesim.compiler.model.resolved import ResolvedConfig, ValidatedConfig
 from servesim.errors import CompileError
 from servesim.rules import check_deployment
+from servesim.sweep.pricing import check_prices
 
 
 def validate(cfg: ResolvedConfig, ctx: CompileContext) -> ValidatedConfig:
     p = cfg.payload
-    diags = check_deployment(p.mode, p.roles, p.kv_transfer)
+    diags = check_deployment(p.mode, p.roles, p.kv_transfer) \
+        + check_prices(p.gpu_hour_usd, p.roles)
     if diags:
         raise CompileError([attrs.evolve(d, stage="validate") for d in diags])
     return ValidatedConfig(cfg)

@@ -22,8 +22,10 @@ succeeded, and the transfer starts as soon as the prefill completes. A request t
 side cannot take yet waits before its prefill, not after it.
 
 So TTFT = prefill queueing + prefill compute + transfer + decode queueing + one decode
-pass. With a state cache (required on both roles) the source also holds its working
-state, the destination reserves one beside the prompt blocks, and every transfer carries
+pass; each request's record carries the instants between them (the prefill end, the
+transfer's start and end, the decode admission) for the report's TTFT breakdown. With a
+state cache (required on both roles) the source also holds its working state, the
+destination reserves one beside the prompt blocks, and every transfer carries
 ``state_bytes`` once; speculative bursts happen on the decode side only.
 
 Every lease is released exactly once: the source at transfer completion (or at a
@@ -318,6 +320,7 @@ class DisaggReplay(PassReplay[PoolWorker]):
             for res in pending:
                 for seq in res.finished:
                     flight = self.flights[seq.spec.request_id]
+                    flight.record.prefill_end_ms = end
                     if self.destination_first:
                         self._start_transfer(flight)
                     else:
@@ -383,6 +386,7 @@ class DisaggReplay(PassReplay[PoolWorker]):
         missing = dest.prompt_len - rank.resident_tokens(dest)
         delay = transfer_delay_ms(self.kv_transfer, dest.prompt_len, missing)
         flight.transfer_ms = delay
+        flight.record.kv_transfer_start_ms = self.now
         if delay > 0.0:
             self.events.push(self.now + delay, PHASE_TRANSFER, flight.spec.request_id,
                              _TransferDone(flight))
@@ -394,6 +398,7 @@ class DisaggReplay(PassReplay[PoolWorker]):
         assert flight.decode_worker is not None
         self.transfers += 1
         self.transfer_ms += flight.transfer_ms
+        flight.record.kv_transfer_end_ms = self.now
         released = flight.prefill_rank.release_source(flight.source)
         assert released, "a source was released twice"
         self.dirty[flight.prefill_worker] = None
@@ -421,7 +426,7 @@ class DisaggReplay(PassReplay[PoolWorker]):
     @staticmethod
     def _merge(flight: Flight) -> None:
         """Admission figures come from the prefill side (where prompt tokens are computed
-        or reused); preemptions from both sides."""
+        or reused), the decode admission from the destination; preemptions from both."""
         record, src = flight.record, flight.source.record
         record.first_admit_ms = src.first_admit_ms
         record.first_admission_reused_tokens = src.first_admission_reused_tokens
@@ -429,6 +434,7 @@ class DisaggReplay(PassReplay[PoolWorker]):
         record.num_preemptions = src.num_preemptions
         if flight.dest is not None:
             record.num_preemptions += flight.dest.record.num_preemptions
+            record.decode_admit_ms = flight.dest.record.first_admit_ms
 
     def _flush_incomplete(self) -> None:
         for flight in self.flights.values():

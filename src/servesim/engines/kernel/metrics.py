@@ -39,6 +39,9 @@ PERCENTILES: tuple[tuple[str, float], ...] = (
 )
 LATENCIES: tuple[str, ...] = ("ttft", "ttst", "tpot", "itl", "e2e_latency")
 PER_USER = "output_token_throughput_per_user"
+# The parts of a TTFT, in order (reported as ``ttft_<part>_ms``): see :func:`ttft_parts`.
+TTFT_PARTS: tuple[str, ...] = ("prefill_queue", "prefill", "kv_transfer", "decode_queue",
+                               "first_decode")
 # Runs of consecutive passes a record's tokens may split into for its gaps to be counted
 # per pass (a preempted request's few); more, and they are counted per token.
 _MAX_RUNS = 8
@@ -169,6 +172,45 @@ def meets_sla(record: RequestRecord, sla: SlaArgs) -> bool:
     return True
 
 
+def ttft_parts(record: RequestRecord) -> dict[str, float] | None:
+    """The record's TTFT split at the instants its engine recorded, or None (no first
+    token, or no first admission).
+
+    * prefill queue: arrival (the client's, so the serving front end counts here) to the
+      start of its first prefill pass;
+    * prefill: to the end of the pass that completed the prompt (aggregated: to the first
+      token, which that pass emits; the other parts do not apply);
+    * KV transfer: to the end of the transfer (waiting for a decode reservation, then on
+      the link);
+    * decode queue: to the start of the decode pass that admitted it;
+    * first decode: to the first token.
+
+    The parts add up to the TTFT exactly, in any order: each instant is taken as its offset
+    from the arrival, within ``[0, TTFT]`` and rounded to a multiple of the TTFT's unit in
+    the last place (a change below 1e-15 of the TTFT), so every part is an exact
+    difference on one grid and so is every partial sum.
+    """
+    times = record.token_times
+    if not times or record.first_admit_ms is None:
+        return None
+    handoff = (record.prefill_end_ms, record.kv_transfer_end_ms, record.decode_admit_ms)
+    if all(t is None for t in handoff):
+        names, instants = TTFT_PARTS[:2], [record.first_admit_ms]
+    elif any(t is None for t in handoff):
+        return None  # a handoff the engine did not record whole
+    else:
+        names, instants = TTFT_PARTS, [record.first_admit_ms, *handoff]  # type: ignore[list-item]
+    arrival = record.arrival_ms
+    ttft = times[0] - arrival
+    unit = math.ulp(ttft)
+    offsets = [0.0]
+    for t in instants:
+        offset = min(max(t - arrival, 0.0), ttft)
+        offsets.append(round(offset / unit) * unit if ttft > 0 else 0.0)
+    offsets.append(ttft)
+    return {name: offsets[i + 1] - offsets[i] for i, name in enumerate(names)}
+
+
 def _opt(value: float | None) -> float | None:
     return None if value is None else float(value)
 
@@ -201,7 +243,18 @@ def request_record_json(record: RequestRecord) -> dict[str, Any]:
         "decode_worker_idx": record.decode_worker,
         "num_preemptions": record.num_preemptions,
         "terminal_status": record.status,
+        "prefill_end_ms": _opt(record.prefill_end_ms),
+        "kv_transfer_start_ms": _opt(record.kv_transfer_start_ms),
+        "kv_transfer_end_ms": _opt(record.kv_transfer_end_ms),
+        "decode_admit_ms": _opt(record.decode_admit_ms),
+        **_ttft_part_fields(record),
     }
+
+
+def _ttft_part_fields(record: RequestRecord) -> dict[str, float | None]:
+    """``ttft_<part>_ms`` of every part: its value, or None where it does not apply."""
+    parts = ttft_parts(record) or {}
+    return {f"ttft_{name}_ms": parts.get(name) for name in TTFT_PARTS}
 
 
 class RequestJsonlWriter:
@@ -258,6 +311,8 @@ class MetricsCollector:
         self.goodput_output_tokens = 0
         self._samples: dict[str, array] = {name: array("d") for name in LATENCIES
                                            if name != "itl"}
+        # each TTFT part of the completed requests it applies to (see ttft_parts)
+        self._ttft_parts: dict[str, array] = {name: array("d") for name in TTFT_PARTS}
         self._itl: dict[float, int] = {}  # every gap between adjacent tokens, counted
         # per pass-ends array (by id): the array and a difference array of how many
         # requests' gaps each pass ends (gaps not yet folded into ``_itl``)
@@ -287,6 +342,8 @@ class MetricsCollector:
         samples = self._samples
         if n >= 1:
             samples["ttft"].append(times[0] - record.arrival_ms)
+            for name, part in (ttft_parts(record) or {}).items():
+                self._ttft_parts[name].append(part)
         if n >= 2:
             samples["ttst"].append(times[1] - times[0])
             samples["tpot"].append((times[-1] - times[0]) / (n - 1))
@@ -406,6 +463,9 @@ class MetricsCollector:
         zero = bisect.bisect_right(gaps, 0.0)
         rates = list(map(operator.truediv, itertools.repeat(1000.0), gaps[zero:][::-1]))
         out.update(sorted_distribution(rates, counts[zero:][::-1], PER_USER, unit=""))
+        for name, parts in self._ttft_parts.items():
+            if parts:  # the parts some request has: none for an engine that records none
+                out.update(distribution(parts, f"ttft_{name}"))
         out["num_ttft_samples"] = len(self._samples["ttft"])
         out["num_tpot_samples"] = len(self._samples["tpot"])
         out["num_e2e_latency_samples"] = len(self._samples["e2e_latency"])

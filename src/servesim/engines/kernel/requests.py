@@ -56,6 +56,14 @@ class RequestRecord:
     # requests and growing (set by the built-in engines, None otherwise): when the tokens
     # are a run of consecutive passes, metrics count their gaps per pass, not per token.
     pass_ends: array | None = attrs.field(default=None, repr=False)
+    # Disaggregated handoff (set by the P/D engine, None otherwise): the end of the prefill
+    # pass that completed the prompt, when its KV transfer started and ended on the link,
+    # and the start of the decode pass that admitted it. With ``first_admit_ms`` (the
+    # start of its first prefill pass) they split its TTFT (``metrics.ttft_parts``).
+    prefill_end_ms: float | None = None
+    kv_transfer_start_ms: float | None = None
+    kv_transfer_end_ms: float | None = None
+    decode_admit_ms: float | None = None
 
     @property
     def output_length(self) -> int:
