@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from servesim import __version__
-from servesim.cli import main
+from servesim.cli import build, main
 from servesim.compiler import compile_file
 from servesim.payload import dump_payload
 from servesim.plugins.manager import EngineRegistry, get_plugin_manager
@@ -140,7 +140,8 @@ def test_a_plugin_that_cannot_be_imported_exits_1(capsys: pytest.CaptureFixture[
 def test_version_in_a_subprocess() -> None:
     done = subprocess.run([sys.executable, "-m", "servesim", "--version"], capture_output=True,
                           text=True, check=False)
-    assert (done.returncode, done.stdout, done.stderr) == (0, f"servesim {__version__}\n", "")
+    assert (done.returncode, done.stdout, done.stderr) == (
+        0, f"servesim {__version__} ({build()})\n", "")
 
 
 # --- stages ------------------------------------------------------------------------------------

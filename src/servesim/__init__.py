@@ -1,7 +1,8 @@
 """servesim: a GPU-free simulator of LLM serving deployments.
 
 The public surface: compile a config (:func:`compile_file`, :func:`compile_text`),
-replay a payload (:func:`replay`), and write engine plugins (:data:`hookimpl`,
+replay a payload (:func:`replay`, or :func:`replay_payload` with its options: both
+return a :class:`ReplayOutcome`), and write engine plugins (:data:`hookimpl`,
 :class:`Engine`).
 """
 
@@ -16,11 +17,13 @@ __all__ = [
     "Diagnostic",
     "Engine",
     "Payload",
+    "ReplayOutcome",
     "__version__",
     "compile_file",
     "compile_text",
     "hookimpl",
     "replay",
+    "replay_payload",
 ]
 
 _EXPORTS = {
@@ -31,7 +34,9 @@ _EXPORTS = {
     "compile_file": "servesim.compiler",
     "compile_text": "servesim.compiler",
     "hookimpl": "servesim.plugins.hookspecs",
+    "ReplayOutcome": "servesim.replay",
     "replay": "servesim.replay",
+    "replay_payload": "servesim.replay",
 }
 
 if TYPE_CHECKING:
@@ -40,7 +45,7 @@ if TYPE_CHECKING:
     from servesim.errors import CompileError, Diagnostic
     from servesim.payload import Payload
     from servesim.plugins.hookspecs import hookimpl
-    from servesim.replay import replay
+    from servesim.replay import ReplayOutcome, replay, replay_payload
 
 
 def __getattr__(name: str) -> Any:

@@ -2,7 +2,8 @@
 
 Exit codes: 0 success, 1 the input is wrong (diagnostics on stderr) or the output cannot
 be written (a reader of stdout that went away included), 2 usage error, 130 interrupted.
-A traceback means a bug in servesim, never bad input.
+A traceback means a bug in servesim, never bad input (``SERVESIM_TRACEBACK=1`` adds the
+traceback of an exception a plugin raised to its diagnostic).
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ import importlib
 import json
 import math
 import os
+import platform
 import signal
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,7 +31,7 @@ from servesim import codes
 from servesim.compiler import STAGES, compile_source
 from servesim.compiler.model.resolved import ResolvedConfig, ValidatedConfig
 from servesim.compiler.source import SourceText, read_input
-from servesim.errors import Diagnostic, PayloadError, ReplayError, ServesimError
+from servesim.errors import Diagnostic, PayloadError, PluginError, ReplayError, ServesimError
 from servesim.files import identity, is_special, whole_file
 from servesim.payload import (
     Payload,
@@ -38,17 +41,55 @@ from servesim.payload import (
     load_payload,
     payload_files,
 )
-from servesim.plugins.manager import PLUGIN_FAULTS, EngineRegistry, get_plugin_manager
+from servesim.plugins.manager import (
+    PLUGIN_FAULTS,
+    TRACEBACK_ENV,
+    EngineRegistry,
+    get_plugin_manager,
+)
 from servesim.render import shown
 from servesim.version import __version__
 
 EXIT_OK, EXIT_INPUT, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 MAX_TIMEOUT_S = 1e7  # (past the timer's range; 115 days)
+UNLIMITED_WIDTH = 100_000  # a console's width where it has no terminal's (piped)
+CONFIG = "examples/configs/qwen3_32b_h200.toml"
+# what each command's --help ends with
+EXAMPLES = {
+    "compile": f"servesim compile {CONFIG} -o payload.json",
+    "validate": f"servesim validate {CONFIG} --set traffic.load.concurrency=64",
+    "inspect": f"servesim inspect {CONFIG} --format json",
+    "schema": "servesim schema config > servesim.schema.json",
+    "plugins": "servesim plugins --format json",
+    "replay": f"servesim replay {CONFIG} -o report.json --requests-out requests.jsonl",
+    "calibrate": f"servesim calibrate {CONFIG} bench_result.json -o calibrated.json",
+    "sweep": f"servesim sweep {CONFIG} --set engine.workers.aggregated.parallelism.tensor=1,2,4 "
+             "-o results.jsonl",
+    "search": "servesim search examples/configs/llama70b_planner.toml "
+              "--space examples/search/planner.toml",
+    "report": "servesim report results.jsonl -o report.html",
+    "models": "servesim models llama-3.1 --format json",
+    "gpus": "servesim gpus --format json",
+    "init": "servesim init --model meta-llama/Llama-3.1-8B-Instruct --gpu h100_sxm --out my.toml",
+}
+
+
+def build() -> str:
+    """The build (pure Python, or the replay kernel compiled with mypyc) and the Python."""
+    from importlib.machinery import EXTENSION_SUFFIXES
+
+    from servesim.engines.kernel import core
+
+    compiled = (core.__file__ or "").endswith(tuple(EXTENSION_SUFFIXES))
+    kind = "compiled build (mypyc)" if compiled else "pure-Python build"
+    return f"{kind}; {platform.python_implementation()} {platform.python_version()}"
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="servesim", description="GPU-free LLM serving simulator.")
-    p.add_argument("--version", action="version", version=f"servesim {__version__}")
+    p = argparse.ArgumentParser(prog="servesim", description="GPU-free LLM serving simulator.",
+                                epilog=f"example:\n  {EXAMPLES['replay']}",
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"servesim {__version__} ({build()})")
     p.add_argument("--plugin", action="append", default=[], metavar="MODULE",
                    help="import MODULE and register it as a plugin (repeatable)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -64,6 +105,9 @@ def _parser() -> argparse.ArgumentParser:
     v = sub.add_parser("validate", help="check a config, and the trace and timing tables it "
                        "names, without writing a payload")
     v.add_argument("config")
+    v.add_argument("--format", choices=("text", "json"), default="text",
+                   help="text, or the result, diagnostics and warnings as JSON on stdout "
+                   "(exit codes unchanged)")
     add_set_option(v)
 
     i = sub.add_parser("inspect", help="show every resolved value and where it came from")
@@ -109,6 +153,9 @@ def _parser() -> argparse.ArgumentParser:
     from servesim.commands import add_parsers
 
     add_parsers(sub)
+    for name, command in sub.choices.items():
+        command.epilog = f"example:\n  {EXAMPLES[name]}"
+        command.formatter_class = argparse.RawDescriptionHelpFormatter
     return p
 
 
@@ -183,6 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from servesim.render import print_diagnostics
 
         print_diagnostics(err, exc.diagnostics)
+        _plugin_traceback(exc)
         return EXIT_INPUT
     except KeyboardInterrupt:
         err.print("interrupted")
@@ -194,6 +242,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         _drop_stdout()
         err.print(f"error: cannot write the output: {shown(exc)}")
         return EXIT_INPUT
+
+
+def _plugin_traceback(exc: ServesimError) -> None:
+    """With ``SERVESIM_TRACEBACK=1``, the full traceback of what a plugin raised."""
+    cause = exc.__cause__
+    if isinstance(exc, PluginError) and cause is not None \
+            and os.environ.get(TRACEBACK_ENV) == "1":
+        sys.stderr.write("".join(traceback.format_exception(cause)))
 
 
 def _drop_stdout() -> None:
@@ -250,14 +306,39 @@ def _validate(args: argparse.Namespace, registry: EngineRegistry, out: Console,
               err: Console) -> int:
     from servesim.replay import check_input_files
 
-    payload = compile_source(config_source(args.config, args.set), registry=registry)
-    diags = check_input_files(payload, registry=registry)
-    if any(d.severity == "error" for d in diags):
-        raise ServesimError(diags)
+    try:
+        payload = compile_source(config_source(args.config, args.set), registry=registry)
+        diags = check_input_files(payload, registry=registry)
+        if any(d.severity == "error" for d in diags):
+            raise ServesimError(diags)
+    except ServesimError as exc:
+        if args.format == "text":
+            raise
+        _write_validation(out, args.config, None, exc.diagnostics)
+        return EXIT_INPUT
+    if args.format == "json":
+        _write_validation(out, args.config, payload, diags)
+        return EXIT_OK
     _warn(err, diags)
     roles = ", ".join(payload.roles)
     out.print(shown(f"ok: {args.config} is valid (engine {payload.engine}; roles {roles})"))
     return EXIT_OK
+
+
+def _write_validation(out: Console, config: str, payload: Payload | None,
+                      diags: Sequence[Diagnostic]) -> None:
+    """``validate --format json``: the verdict, with every error and warning."""
+    def entry(d: Diagnostic) -> dict[str, Any]:
+        return {"where": d.where, "code": d.code, "message": d.message, "hint": d.hint,
+                "path": list(d.path), "location": d.location, "stage": d.stage}
+
+    doc: dict[str, Any] = {
+        "config": config, "valid": payload is not None,
+        "engine": payload.engine if payload else None,
+        "roles": list(payload.roles) if payload else [],
+        "diagnostics": [entry(d) for d in diags if d.severity == "error"],
+        "warnings": [entry(d) for d in diags if d.severity == "warning"]}
+    out.file.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
 
 
 def _inspect(args: argparse.Namespace, registry: EngineRegistry, out: Console,
@@ -316,6 +397,9 @@ def _plugins(args: argparse.Namespace, registry: EngineRegistry, out: Console,
         table.add_row(Text(row["kind"], no_wrap=True), Text(shown(row["name"]), no_wrap=True),
                       Text(shown(", ".join(map(str, row["modes"])))), Text(shown(origin)),
                       Text(shown(row["description"])))
+    if not out.is_terminal:  # piped or redirected: no row is cut or wrapped
+        out = Console(file=out.file, width=UNLIMITED_WIDTH, highlight=False, markup=False,
+                      emoji=False)
     out.print(table)
     return EXIT_OK
 

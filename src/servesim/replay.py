@@ -11,8 +11,10 @@ import contextlib
 import gc
 import hashlib
 import json
+import sys
 import time
-from collections.abc import Callable, Iterator
+import types
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
@@ -53,22 +55,38 @@ from servesim.workloads.spec import (
 
 
 @attrs.frozen
-class ReplayOutcome:
+class ReplayOutcome(Mapping[str, Any]):
+    """What :func:`replay` and :func:`replay_payload` return: the report, and beside it the
+    host's wall time and the warnings. It reads as the report too (``outcome["mean_ttft_ms"]``,
+    ``dict(outcome)``), as :func:`replay`'s report dict did."""
+
     report: dict[str, Any]
     wall_time_ms: float
     # what the user should know about the run but did not stop it (severity "warning"):
     # a role the measured kernel tables do not cover, priced by the default timing
     warnings: tuple[Diagnostic, ...] = ()
 
+    def __getitem__(self, key: str) -> Any:
+        return self.report[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.report)
+
+    def __len__(self) -> int:
+        return len(self.report)
+
 
 def replay(payload: Payload, *, registry: EngineRegistry | None = None,
-           base_dir: Path | None = None) -> dict[str, Any]:
-    """Replay a payload with the default plugin registry; return the report dict."""
-    if registry is None:
-        from servesim.plugins.manager import get_plugin_manager
+           base_dir: Path | None = None) -> ReplayOutcome:
+    """Replay a payload (with the default plugin registry unless given one)."""
+    return replay_payload(payload, registry=registry, base_dir=base_dir)
 
-        registry = EngineRegistry.collect(get_plugin_manager())
-    return replay_payload(payload, registry=registry, base_dir=base_dir).report
+
+def default_registry() -> EngineRegistry:
+    """The built-ins and the installed entry-point plugins."""
+    from servesim.plugins.manager import get_plugin_manager
+
+    return EngineRegistry.collect(get_plugin_manager())
 
 
 def check_input_files(payload: Payload, *, registry: EngineRegistry,
@@ -112,7 +130,8 @@ def check_input_files(payload: Payload, *, registry: EngineRegistry,
     return out
 
 
-def replay_payload(payload: Payload, *, registry: EngineRegistry, base_dir: Path | None = None,
+def replay_payload(payload: Payload, *, registry: EngineRegistry | None = None,
+                   base_dir: Path | None = None,
                    requests_out: Path | None = None,
                    progress: Callable[[float], None] | None = None,
                    workload: SessionWorkload | None = None) -> ReplayOutcome:
@@ -122,8 +141,10 @@ def replay_payload(payload: Payload, *, registry: EngineRegistry, base_dir: Path
     memory per finished request stays O(1) beyond the latency samples; they go to a
     temporary file beside it, renamed over it when the replay ends, so a replay that fails
     leaves the previous file in place. ``workload`` replaces the one ``payload.workload``
-    describes (the report still names the latter).
+    describes (the report still names the latter). ``registry`` defaults to the built-ins
+    and the installed entry-point plugins.
     """
+    registry = default_registry() if registry is None else registry
     engine = registry.get(payload.engine)
     if engine is None:
         raise PayloadError([Diagnostic(
@@ -208,3 +229,16 @@ def provenance(payload: Payload, base_dir: Path | None) -> dict[str, Any]:
         seeds["traffic.load"] = data["workload"]["load"]["seed"]
     out["seeds"] = seeds
     return out
+
+
+class _ReplayModule(types.ModuleType):
+    """This module, callable as :func:`replay`. Importing ``servesim.replay`` sets the package's
+    attribute ``replay`` to the module, over the function ``servesim.replay`` exports: calling
+    either replays."""
+
+    def __call__(self, payload: Payload, *, registry: EngineRegistry | None = None,
+                 base_dir: Path | None = None) -> ReplayOutcome:
+        return replay(payload, registry=registry, base_dir=base_dir)
+
+
+sys.modules[__name__].__class__ = _ReplayModule

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 ENTRY_POINT_GROUP = "servesim"
 DISABLE_AUTOLOAD_ENV = "SERVESIM_DISABLE_PLUGIN_AUTOLOAD"
+TRACEBACK_ENV = "SERVESIM_TRACEBACK"  # "1": the CLI prints what a plugin raised, in full
 BUILTIN = "servesim.builtin"
 # what third-party code may raise that servesim reports instead of ending with it: a plugin
 # calling sys.exit() is a bug in the plugin, like any exception (Ctrl-C still stops servesim)
@@ -145,6 +146,9 @@ def plugin_failure(source: PluginSource, hook: str, exc: BaseException) -> Plugi
     frames = traceback.extract_tb(exc.__traceback__)
     where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
     error = plugin_bug(source, f"raised in {hook}: {type(exc).__name__}: {exc}", where)
+    d = error.diagnostics[0]
+    error = PluginError([attrs.evolve(d, hint=f"{d.hint} ({TRACEBACK_ENV}=1 shows the "
+                                      "full traceback)")])
     error.__cause__ = exc
     return error
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import types
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin, get_type_hints
@@ -63,13 +64,11 @@ def add_engine_options(schema: dict[str, Any], registry: EngineRegistry | None =
         registry = EngineRegistry.collect(get_plugin_manager(load_entrypoints=False))
     defs = schema["$defs"]
     engine = defs["Engine"]
-    engine["properties"]["engine"] = {
-        "type": "string", "description": "the replay engine, a registered name (default: "
-        "\"vllm\", or \"disagg\" in disaggregated mode); registered: "
-        + ", ".join(registry.names())}
-    engine["properties"]["backend"] = {"enum": list(registry.backends)}
-    engine["properties"]["options"] = {
-        "type": "object", "description": "the selected engine's own options"}
+    props = engine["properties"]
+    documented = props["engine"]["description"].split("; registered: ")[0]  # (applied twice)
+    props["engine"]["description"] = f"{documented}; registered: {', '.join(registry.names())}"
+    props["backend"] = {**props["backend"], "enum": list(registry.backends)}
+    props["backend"].pop("type", None)
     branches = []
     for name, cls, _plugin in registry.items():
         defs[f"options.{name}"] = _class_schema(cls.Options, defs, defaults=True)
@@ -81,26 +80,17 @@ def add_engine_options(schema: dict[str, Any], registry: EngineRegistry | None =
 
 def _class_schema(cls: type, defs: dict[str, Any], *, defaults: bool = False,
                   nullable: bool = False) -> dict[str, Any]:
+    """An attrs class as an object schema. Each property states what the field's metadata
+    declares: ``help`` (the description), ``lo``/``hi`` (the range), ``default`` (with
+    ``derived``: how a default that is no fixed value is found) and ``examples``.
+    ``defaults``: also state the attrs defaults (an engine's ``Options``)."""
     hints = get_type_hints(cls)
     props: dict[str, Any] = {}
     required = []
     for f in attrs.fields(cls):
         s = _type_schema(hints[f.name], defs, nullable)
-        lo, hi = f.metadata.get("lo"), f.metadata.get("hi")
-        target = s.get("items", s) if s.get("type") == "array" else s
-        for branch in target.get("anyOf", [target]):
-            if branch.get("type") == "object":  # a table of numbers by name
-                branch = branch.get("additionalProperties") or {}
-            if branch.get("type") in ("integer", "number"):
-                if lo is not None:
-                    branch["exclusiveMinimum" if f.metadata.get("lo_open") else "minimum"] = lo
-                if hi is not None:
-                    branch["maximum"] = hi
-        if f.metadata.get("help"):
-            s["description"] = f.metadata["help"]
-        if defaults and isinstance(f.default, (bool, int, float, str)):
-            s["default"] = f.default
-        props[f.name] = s
+        _bounds(s, f.metadata)
+        props[f.name] = {**s, **_documented(f, defaults)}
         if f.default is attrs.NOTHING:
             required.append(f.name)
     out: dict[str, Any] = {"type": "object", "properties": props, "additionalProperties": False}
@@ -108,6 +98,39 @@ def _class_schema(cls: type, defs: dict[str, Any], *, defaults: bool = False,
         out["description"] = " ".join(cls.__doc__.split())
     if required:
         out["required"] = required
+    return out
+
+
+def _bounds(s: dict[str, Any], meta: Mapping[str, Any]) -> None:
+    """The ``lo``/``hi`` metadata on every numeric branch of ``s`` (items of an array)."""
+    lo, hi = meta.get("lo"), meta.get("hi")
+    target = s.get("items", s) if s.get("type") == "array" else s
+    for branch in target.get("anyOf", [target]):
+        if branch.get("type") == "object":  # a table of numbers by name
+            branch = branch.get("additionalProperties") or {}
+        if branch.get("type") in ("integer", "number"):
+            if lo is not None:
+                branch["exclusiveMinimum" if meta.get("lo_open") else "minimum"] = lo
+            if hi is not None:
+                branch["maximum"] = hi
+
+
+def _documented(f: attrs.Attribute[Any], defaults: bool) -> dict[str, Any]:
+    """A field's ``description``, ``default`` and ``examples``."""
+    meta = f.metadata
+    out: dict[str, Any] = {}
+    description = meta.get("help") or ""
+    default = meta.get("default")
+    if defaults and isinstance(f.default, (bool, int, float, str)):
+        default = f.default
+    if meta.get("derived"):
+        description += f". Default: {meta['derived']}"
+    elif default is not None:
+        out["default"] = default
+    if description:
+        out["description"] = description
+    if meta.get("examples"):
+        out["examples"] = list(meta["examples"])
     return out
 
 

@@ -2,8 +2,10 @@
 
 Every field that has a default is ``None`` here when the user did not write it; the
 resolve pass applies defaults and records whether each value was authored, defaulted
-or derived. Range limits live in field metadata (``limits``) so that one mechanism
-checks them (``passes/parse.py``) and the JSON Schema states them (``schemas``).
+or derived. What a key means, its default, its range limits and examples are field
+metadata (:func:`key`), declared once beside the field: the parse pass checks the limits
+(``passes/parse.py``), the resolve pass applies the default (:func:`default_of`), and the
+JSON Schema states all four (``schemas``), for editors to show.
 
 TOML key paths equal attribute paths: ``[engine.workers.decode.kv_cache] block_size``
 is ``ParsedConfig.engine.workers.decode.kv_cache.block_size``.
@@ -11,11 +13,12 @@ is ``ParsedConfig.engine.workers.decode.kv_cache.block_size``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import attrs
 
-from servesim.backends import BackendName
+from servesim.backends import DEFAULT_BACKEND, BackendName
 from servesim.limits import (
     BANDWIDTH_GB_S,
     BIG,
@@ -36,215 +39,433 @@ from servesim.limits import (
     U64_MAX,
 )
 from servesim.limits import bounded as limits
+from servesim.workloads import spec
 
 
-def positive(hi: float = BIG) -> Any:
-    return limits(1, hi)
+def key(doc: str, lo: float | None = None, hi: float | None = None, *,
+        lo_open: bool = False, default: Any = None, derived: str | None = None,
+        examples: Sequence[Any] = ()) -> Any:
+    """An optional config key (``None`` while not written).
+
+    ``doc`` says what it means; ``default`` is the value the resolve pass applies when the
+    key is not written; ``derived`` says what the default depends on where it is not one
+    fixed value (the backend, the model, the role: the schema then states no default);
+    ``lo``/``hi`` bound a number.
+    """
+    meta = {"help": doc, "default": default, "derived": derived, "examples": list(examples)}
+    if lo is None and hi is None:
+        return attrs.field(default=None, metadata=meta)
+    return limits(lo, hi, lo_open=lo_open, metadata=meta)
 
 
-def nonneg(hi: float = BIG) -> Any:
-    return limits(0, hi)
+def positive(hi: float, doc: str, **kw: Any) -> Any:
+    return key(doc, 1, hi, **kw)
+
+
+def nonneg(hi: float, doc: str, **kw: Any) -> Any:
+    return key(doc, 0, hi, **kw)
+
+
+def required(doc: str, *, examples: Sequence[Any] = (), **bounds: Any) -> Any:
+    """A key the config must write."""
+    return attrs.field(metadata={"help": doc, "examples": list(examples), **bounds})
+
+
+def table(doc: str) -> Any:
+    """An optional table (its keys say their own defaults)."""
+    return attrs.field(default=None, metadata={"help": doc})
+
+
+def default_of(cls: type, name: str) -> Any:
+    """The default the resolve pass applies to the unwritten key ``cls.name``."""
+    return attrs.fields_dict(cls)[name].metadata.get("default")
 
 
 Auto = Literal["auto"]
 Max = Literal["max"]
 QuantMode = Literal["auto", "bfloat16", "float16", "fp8", "fp8_block", "nvfp4", "int8", "float32"]
+QUANT_EXAMPLES = ("fp8", "bfloat16")
 
 
 @attrs.frozen
 class Parallelism:
-    replicas: int | None = positive(REPLICAS)
-    tensor: int | None = positive(PARALLEL)
-    pipeline: int | None = positive(PARALLEL)
-    attention_data: int | None = positive(PARALLEL)
-    moe_tensor: int | None = positive(PARALLEL)
-    moe_expert: int | None = positive(PARALLEL)
+    """How a worker's GPUs split the model: GPUs per worker = tensor x pipeline x
+    attention_data."""
+
+    replicas: int | None = positive(REPLICAS, "identical workers in this role", default=1,
+                                    examples=[2])
+    tensor: int | None = positive(PARALLEL, "tensor parallelism of attention (and dense "
+                                  "layers): shards the KV cache per token", default=1,
+                                  examples=[4, 8])
+    pipeline: int | None = positive(PARALLEL, "pipeline-parallel stages", default=1,
+                                    examples=[2])
+    attention_data: int | None = positive(PARALLEL, "attention data parallelism: scheduler "
+                                          "ranks per worker, each with its own batch and KV "
+                                          "pool", default=1, examples=[8])
+    moe_tensor: int | None = positive(PARALLEL, "tensor parallelism of the routed experts",
+                                      default=1, examples=[8],
+                                      derived="1; on an MoE model with moe_tensor x "
+                                      "moe_expert unset, tensor x attention_data (the "
+                                      "experts split over all attention GPUs)")
+    moe_expert: int | None = positive(PARALLEL, "expert parallelism of the routed experts",
+                                      default=1, examples=[8])
 
 
 @attrs.frozen
 class Scheduler:
-    max_batched_tokens: int | None = positive(SCHEDULER)
-    max_sequences: int | None = positive(SCHEDULER)
-    prefill_schedule_interval: int | None = positive(SCHEDULER)
-    prefill_decode_interval: int | None = nonneg(SCHEDULER)
-    attention_dp_balance: bool | None = None
-    attention_dp_timeout_iters: int | None = nonneg(SCHEDULER)
-    attention_dp_batching_wait_iters: int | None = nonneg(SCHEDULER)
-    attention_dp_placement: Literal["round_robin", "least_loaded"] | None = None
+    """Each scheduler rank's batch limits and pass policy."""
+
+    max_batched_tokens: int | None = positive(
+        SCHEDULER, "token budget of one pass per attention-DP rank", examples=[8192, 16384],
+        derived="the backend's (8192; SGLang 8192 / attention_data)")
+    max_sequences: int | None = positive(
+        SCHEDULER, "most requests running at once per rank", default=256, examples=[128],
+        derived="256, or 1 in a prefill worker")
+    prefill_schedule_interval: int | None = positive(
+        SCHEDULER, "vLLM: admit new prompts every N-th pass", default=1, examples=[4])
+    prefill_decode_interval: int | None = nonneg(
+        SCHEDULER, "SGLang: decode passes between prompt passes (0: no interval)", default=0,
+        examples=[2])
+    attention_dp_balance: bool | None = key(
+        "TensorRT-LLM attention-DP balance: hold prompt work until every rank has some",
+        default=False, examples=[True])
+    attention_dp_timeout_iters: int | None = nonneg(
+        SCHEDULER, "passes a held prompt waits for the other ranks at most (with "
+        "attention_dp_balance)", default=50, examples=[20])
+    attention_dp_batching_wait_iters: int | None = nonneg(
+        SCHEDULER, "passes balanced prompt work waits for others to join (with "
+        "attention_dp_balance)", default=10, examples=[5])
+    attention_dp_placement: Literal["round_robin", "least_loaded"] | None = key(
+        "how requests join a worker's attention-DP ranks", default="round_robin",
+        examples=["least_loaded"])
 
 
 @attrs.frozen
 class Capacity:
-    type: Literal["default", "fixed"] | None = None
-    memory_fraction: float | None = limits(0.0, 1.0, lo_open=True)
-    cuda_graph_reserved_bytes: int | None = nonneg(BIG)
-    blocks: int | None = positive(BLOCKS)
-    bytes: int | None = positive(U64_MAX)
+    """The KV pool size per attention-DP rank: estimated from GPU memory, or fixed."""
+
+    type: Literal["default", "fixed"] | None = key(
+        "\"default\": estimated from the GPU memory left after weights and overheads; "
+        "\"fixed\": blocks or bytes given", default="default", examples=["fixed"])
+    memory_fraction: float | None = key(
+        "share of GPU memory the engine may use (vLLM gpu_memory_utilization, SGLang "
+        "mem_fraction_static, TensorRT-LLM free_gpu_memory_fraction); type \"default\" only",
+        0.0, 1.0, lo_open=True, examples=[0.85],
+        derived="the backend's (0.9; SGLang 0.88)")
+    cuda_graph_reserved_bytes: int | None = nonneg(
+        BIG, "GPU memory held by CUDA graphs, taken from the KV pool; type \"default\" only",
+        default=0, examples=[2147483648])
+    blocks: int | None = positive(BLOCKS, "KV blocks per rank; type \"fixed\" only",
+                                  examples=[4096])
+    bytes: int | None = positive(U64_MAX, "KV bytes per rank; type \"fixed\" only, with an "
+                                 "explicit block_size and bytes_per_token",
+                                 examples=[68719476736])
 
 
 @attrs.frozen
 class StateCache:
     """``{}`` infers the state size from the model; ``bytes_per_request`` sets it."""
 
-    bytes_per_request: int | None = positive(U64_MAX)
-    mamba_cache_dtype: Literal["auto", "float16", "bfloat16", "float32"] | None = None
+    bytes_per_request: int | None = positive(
+        U64_MAX, "bytes of one request's recurrent state per rank", examples=[1048576],
+        derived="inferred from the model's linear-attention layers")
+    mamba_cache_dtype: Literal["auto", "float16", "bfloat16", "float32"] | None = key(
+        "dtype of the convolution state when the size is inferred (\"auto\": the model's)",
+        default="auto", examples=["float32"])
 
 
 @attrs.frozen
 class KvCache:
-    block_size: int | None = positive(BLOCK_SIZE)
-    prefix_caching: bool | None = None
-    bytes_per_token: int | Auto | None = positive(BYTES_PER_TOKEN)
-    capacity: Capacity | None = None
-    state_cache: StateCache | None = None
-    prefix_match_unit: int | None = positive(BLOCK_SIZE)
-    host_offload: dict[str, Any] | None = None  # not supported: diagnosed by the parse pass
-    g3_offload: dict[str, Any] | None = None  # not supported: diagnosed by the parse pass
+    """The KV cache of each rank: page size, prefix reuse, bytes per token and pool size."""
+
+    block_size: int | None = positive(
+        BLOCK_SIZE, "tokens per KV block (page)", examples=[16, 64],
+        derived="the backend's (vLLM 64, SGLang 1, TensorRT-LLM 32); with an inferred "
+        "state_cache a requested size the inference may enlarge")
+    prefix_caching: bool | None = key("reuse the KV blocks of complete prompt prefixes",
+                                      default=True, examples=[False])
+    bytes_per_token: int | Auto | None = positive(
+        BYTES_PER_TOKEN, "KV bytes per token on one tensor-parallel shard (\"auto\": from "
+        "the model, the parallelism and the KV dtype)", default="auto", examples=[131072])
+    capacity: Capacity | None = table("the KV pool size per attention-DP rank")
+    state_cache: StateCache | None = table(
+        "recurrent state of hybrid models (requires fixed capacity); {} infers its size")
+    prefix_match_unit: int | None = positive(
+        BLOCK_SIZE, "granularity of prefix matches with a state cache; divides the block "
+        "size", examples=[256], derived="the block size")
+    host_offload: dict[str, Any] | None = table(
+        "G2 host KV offload: not supported (refused)")  # diagnosed by the parse pass
+    g3_offload: dict[str, Any] | None = table(
+        "G3 KV offload: not supported (refused)")  # diagnosed by the parse pass
 
 
 @attrs.frozen
 class Timing:
+    """How long each pass takes: a registered timing provider and its inputs."""
+
     # a registered timing provider: built-in "default", "fixed", "polynomial", "table",
     # or a plugin's; checked against the registry by the parse pass
-    type: str | None = None
-    prefill_ms: float | None = nonneg(STEP_MS)
-    decode_ms: float | None = nonneg(STEP_MS)
-    path: str | None = None
-    calibration: str | None = None  # a servesim calibrate file, relative to the config
-    # the provider's own options, structured by its Options class (a plugin's; the
-    # built-ins take none)
-    options: dict[str, Any] | None = None
+    type: str | None = key(
+        "the timing provider: \"default\" (analytical), \"measured\" (kernel tables), "
+        "\"fixed\", \"polynomial\", \"table\", or a plugin's", default="default",
+        examples=["measured", "fixed"])
+    prefill_ms: float | None = nonneg(STEP_MS, "type \"fixed\": time of a prompt pass",
+                                      examples=[25.0])
+    decode_ms: float | None = nonneg(STEP_MS, "type \"fixed\": time of a decode pass",
+                                     examples=[8.0])
+    path: str | None = key("type \"table\": the timing table file, relative to the config",
+                           examples=["timing/h100_tp4.csv"])
+    calibration: str | None = key(  # a servesim calibrate file, relative to the config
+        "a `servesim calibrate` file whose fitted values scale this timing, relative to the "
+        "config", examples=["calibrated.json"])
+    options: dict[str, Any] | None = table(
+        "the timing provider's own options, checked by its Options class (a plugin's; the "
+        "built-ins take none)")
 
 
 @attrs.frozen
 class Worker:
-    hardware: str | None = None
-    startup_seconds: float | None = nonneg(SECONDS)
-    parallelism: Parallelism | None = None
-    scheduler: Scheduler | None = None
-    kv_cache: KvCache | None = None
-    timing: Timing | None = None
+    """One role's workers: hardware, parallelism, scheduler, KV cache and timing."""
+
+    hardware: str | None = key(
+        "catalog GPU of this role (disaggregated prefill/decode workers only)",
+        examples=["h100_sxm"], derived="engine.hardware")
+    startup_seconds: float | None = nonneg(
+        SECONDS, "delay before a worker added during the run serves", default=0.0,
+        examples=[30.0])
+    parallelism: Parallelism | None = table("how each worker's GPUs split the model")
+    scheduler: Scheduler | None = table("batch limits and pass policy of each rank")
+    kv_cache: KvCache | None = table("the KV cache of each rank")
+    timing: Timing | None = table("how long each pass takes")
 
 
 @attrs.frozen
 class Workers:
-    aggregated: Worker | None = None
-    prefill: Worker | None = None
-    decode: Worker | None = None
+    """The roles: ``aggregated``, or ``prefill`` and ``decode`` (an empty table takes
+    every default)."""
+
+    aggregated: Worker | None = table("workers that run prompts and decoding (aggregated "
+                                      "mode)")
+    prefill: Worker | None = table("workers that run prompts (disaggregated mode)")
+    decode: Worker | None = table("workers that decode (disaggregated mode)")
 
 
 @attrs.frozen
 class KvTransfer:
-    bytes_per_token: int | Auto | None = positive(BYTES_PER_TOKEN)
-    bandwidth_gb_per_second: float | None = limits(*BANDWIDTH_GB_S)
-    timing_mode: Literal["destination_missing", "full_prompt"] | None = None
+    """The prefill-to-decode KV link (disaggregated mode)."""
+
+    bytes_per_token: int | Auto | None = positive(
+        BYTES_PER_TOKEN, "KV bytes sent per prompt token (\"auto\": the prefill role's "
+        "resolved kv_cache.bytes_per_token)", default="auto", examples=[327680])
+    bandwidth_gb_per_second: float | None = key(
+        "link bandwidth in GB/s (unset: no transfer delay)", *BANDWIDTH_GB_S,
+        examples=[50.0])
+    timing_mode: Literal["destination_missing", "full_prompt"] | None = key(
+        "which tokens a transfer sends: those the decode rank lacks, or the whole prompt",
+        default="destination_missing", examples=["full_prompt"])
 
 
 @attrs.frozen
 class Speculation:
-    kind: Literal["mtp", "ngram"]
-    num_speculative_tokens: int = attrs.field(metadata={"lo": 1, "hi": 5})
-    acceptance_rates: list[float] = attrs.field(metadata={"lo": 0.0, "hi": 1.0})
-    seed: int | None = nonneg(U64_MAX)
+    """Speculative decoding: drafts per step and the chance each is accepted."""
+
+    kind: Literal["mtp", "ngram"] = required("the drafter: multi-token prediction or n-gram "
+                                             "prompt lookup", examples=["mtp"])
+    num_speculative_tokens: int = required("drafts proposed per step", examples=[3],
+                                           lo=1, hi=5)
+    acceptance_rates: list[float] = required(
+        "one per draft: the chance draft i is accepted given all earlier ones were",
+        examples=[[0.8, 0.6, 0.4]], lo=0.0, hi=1.0)
+    seed: int | None = nonneg(U64_MAX, "seed of the acceptance draws", default=42,
+                              examples=[7])
 
 
 @attrs.frozen
 class Engine:
-    model: str
-    hardware: str
-    workers: Workers
-    mode: Literal["aggregated", "disaggregated", "afd"] | None = None
-    backend: BackendName | None = None  # vllm, sglang, trtllm, or a plugin's backend
-    backend_version: str | None = None
-    context_length: int | Max | None = positive(CONTEXT)
-    kv_transfer: KvTransfer | None = None
-    speculation: Speculation | None = None
-    nextn: int | None = limits(0, 5)
-    nextn_accepted: float | None = limits(0.0, 5.0)
-    enable_chunked_prefill: bool | None = None
-    kvcache_quant_mode: QuantMode | None = None
-    gemm_quant_mode: QuantMode | None = None
-    moe_quant_mode: QuantMode | None = None
-    afd: dict[str, Any] | None = None  # not supported: diagnosed by the parse pass
+    """The deployment: model, GPUs, serving backend, and its worker roles."""
+
+    model: str = required("a catalog model id, or a folder holding a config.json (relative "
+                          "to the config)", examples=["Qwen/Qwen3-32B"])
+    hardware: str = required("catalog GPU of every worker", examples=["h200_sxm"])
+    workers: Workers = required("the worker roles")
+    mode: Literal["aggregated", "disaggregated", "afd"] | None = key(
+        "aggregated workers, or disaggregated prefill and decode workers",
+        default="aggregated", examples=["disaggregated"])
+    backend: BackendName | None = key(  # vllm, sglang, trtllm, or a plugin's backend
+        "the serving engine whose scheduling is simulated", default=DEFAULT_BACKEND,
+        examples=["sglang"])
+    backend_version: str | None = key(
+        "the backend version the measured timing's kernel tables are read for",
+        examples=["0.11.0"], derived="the newest version the kernel tables cover")
+    context_length: int | Max | None = positive(
+        CONTEXT, "longest sequence a request may reach (\"max\": the model's own on vLLM, "
+        "unlimited elsewhere)", default="max", examples=[32768])
+    kv_transfer: KvTransfer | None = table("the prefill-to-decode KV link (disaggregated mode)")
+    speculation: Speculation | None = table("speculative decoding (unset: none)")
+    nextn: int | None = key("legacy MTP: drafts per step (use [engine.speculation])", 0, 5,
+                            default=0, examples=[1])
+    nextn_accepted: float | None = key(
+        "legacy MTP: expected accepted drafts per step, in [0, nextn]", 0.0, 5.0,
+        examples=[0.8])
+    enable_chunked_prefill: bool | None = key("split long prompts over passes",
+                                              default=True, examples=[False])
+    kvcache_quant_mode: QuantMode | None = key(
+        "KV cache dtype (\"auto\": the model's)", default="auto", examples=["fp8"])
+    gemm_quant_mode: QuantMode | None = key(
+        "weight precision of the dense layers (\"auto\": the checkpoint's)", default="auto",
+        examples=list(QUANT_EXAMPLES))
+    moe_quant_mode: QuantMode | None = key(
+        "weight precision of the routed experts (\"auto\": the dense layers', or the "
+        "checkpoint's where it stores experts narrower)", default="auto",
+        examples=list(QUANT_EXAMPLES))
+    afd: dict[str, Any] | None = table(
+        "attention-FFN disaggregation: not supported (refused)")  # diagnosed by the parse pass
     # the replay engine by registered name (default: "vllm", or "disagg" in disaggregated
     # mode) and its own options, structured by the engine's Options class
-    engine: str | None = None
-    options: dict[str, Any] | None = None
+    engine: str | None = key("the replay engine, a registered name", examples=["vllm"],
+                             derived="\"vllm\", or \"disagg\" in disaggregated mode")
+    options: dict[str, Any] | None = table("the selected engine's own options")
 
 
 @attrs.frozen
 class Session:
-    turns: int | None = limits(2, 10_000)
-    shared_prefix_ratio: float | None = limits(0.0, 1.0)
-    prefix_groups: int | None = nonneg(COUNT)
-    inter_turn_delay_ms: float | None = nonneg(LATENCY_MS)
+    """Multi-turn sessions of a ``synthetic-session`` source."""
+
+    turns: int | None = key("turns per session", 2, 10_000,
+                            default=spec.default_of(spec.SessionSource, "turns"),
+                            examples=[8])
+    shared_prefix_ratio: float | None = key(
+        "share of each first prompt common to its prefix group", 0.0, 1.0,
+        default=spec.default_of(spec.SessionSource, "shared_prefix_ratio"), examples=[0.5])
+    prefix_groups: int | None = nonneg(
+        COUNT, "groups of sessions that share a prompt prefix",
+        default=spec.default_of(spec.SessionSource, "prefix_groups"), examples=[4])
+    inter_turn_delay_ms: float | None = nonneg(
+        LATENCY_MS, "delay between a turn's answer and the next turn",
+        default=spec.default_of(spec.SessionSource, "inter_turn_delay_ms"), examples=[1000.0])
 
 
 @attrs.frozen
 class Source:
-    type: Literal["synthetic", "synthetic-session", "trace"] | None = None
-    input_tokens: int | None = positive(TOKENS)
-    output_tokens: int | None = nonneg(TOKENS)
+    """Where requests come from: synthetic, synthetic sessions, or a trace file."""
+
+    type: Literal["synthetic", "synthetic-session", "trace"] | None = key(
+        "the request source", default="synthetic", examples=["trace"])
+    input_tokens: int | None = positive(
+        TOKENS, "synthetic: prompt tokens per request",
+        default=spec.default_of(spec.SyntheticSource, "input_tokens"), examples=[2048])
+    output_tokens: int | None = nonneg(
+        TOKENS, "synthetic: output tokens per request (the mean with output_range_ratio)",
+        default=spec.default_of(spec.SyntheticSource, "output_tokens"), examples=[256])
     # output lengths spread uniformly over output_tokens x (1 -/+ ratio), as the benchmark
     # clients' --random-range-ratio does (synthetic source)
-    output_range_ratio: float | None = limits(0.0, 1.0)
-    cached_prefix_tokens: int | None = nonneg(TOKENS)
-    new_input_tokens_per_turn: int | None = positive(TOKENS)
-    output_tokens_per_turn: int | None = nonneg(TOKENS)
-    session: Session | None = None
-    paths: list[str] | None = None
-    format: str | None = None  # a registered trace format; checked by the parse pass
-    block_size: int | None = positive(BLOCK_SIZE)
+    output_range_ratio: float | None = key(
+        "synthetic: output lengths spread evenly over output_tokens x (1 -/+ ratio)", 0.0,
+        1.0, default=0.0, examples=[0.2])
+    cached_prefix_tokens: int | None = nonneg(
+        TOKENS, "synthetic: prompt tokens every request shares",
+        default=spec.default_of(spec.SyntheticSource, "cached_prefix_tokens"),
+        examples=[512])
+    new_input_tokens_per_turn: int | None = positive(
+        TOKENS, "synthetic-session: new prompt tokens per turn",
+        default=spec.default_of(spec.SessionSource, "new_input_tokens_per_turn"),
+        examples=[512])
+    output_tokens_per_turn: int | None = nonneg(
+        TOKENS, "synthetic-session: output tokens per turn",
+        default=spec.default_of(spec.SessionSource, "output_tokens_per_turn"),
+        examples=[256])
+    session: Session | None = table("synthetic-session: the sessions' shape")
+    paths: list[str] | None = key("trace: the trace file (one), relative to the config",
+                                  examples=[["traces/mooncake.jsonl"]])
+    format: str | None = key(  # a registered trace format; checked by the parse pass
+        "trace: a registered trace format",
+        default=spec.default_of(spec.TraceSource, "format"), examples=["mooncake-delta"])
+    block_size: int | None = positive(
+        BLOCK_SIZE, "trace: tokens per hash id of the trace",
+        default=spec.default_of(spec.TraceSource, "block_size"), examples=[16])
 
 
 @attrs.frozen
 class Load:
-    type: Literal["concurrency", "poisson", "constant_rate", "trace_timestamps"] | None = None
-    concurrency: int | None = positive(CONCURRENCY)
-    requests_per_second: float | None = limits(0.0, 1e7, lo_open=True)
-    sessions_per_second: float | None = limits(0.0, 1e7, lo_open=True)
-    seed: int | None = nonneg(U64_MAX)
-    speedup: float | None = limits(0.0, 1e6, lo_open=True)
+    """How requests arrive: a closed loop, a rate, or the trace's timestamps."""
+
+    type: Literal["concurrency", "poisson", "constant_rate", "trace_timestamps"] | None = key(
+        "the arrival process", default="concurrency", examples=["poisson"])
+    concurrency: int | None = positive(
+        CONCURRENCY, "concurrency: requests (or sessions) in flight",
+        default=spec.default_of(spec.ConcurrencyLoad, "concurrency"), examples=[64])
+    requests_per_second: float | None = key(
+        "poisson, constant_rate: request arrival rate (required)", 0.0, 1e7, lo_open=True,
+        examples=[5.0])
+    sessions_per_second: float | None = key(
+        "poisson, constant_rate over sessions: session arrival rate (required)", 0.0, 1e7,
+        lo_open=True, examples=[0.5])
+    seed: int | None = nonneg(U64_MAX, "poisson: seed of the arrival times",
+                              default=spec.DEFAULT_POISSON_SEED, examples=[7])
+    speedup: float | None = key(
+        "trace_timestamps: divide the trace's timestamps by this", 0.0, 1e6, lo_open=True,
+        default=spec.default_of(spec.TimestampLoad, "speedup"), examples=[2.0])
 
 
 @attrs.frozen
 class Stop:
-    requests: int | None = positive(COUNT)
-    requests_per_load_unit: float | None = limits(0.0, 1e9, lo_open=True)
-    sessions: int | None = positive(COUNT)
-    sessions_per_load_unit: float | None = limits(0.0, 1e9, lo_open=True)
-    max_virtual_time_seconds: float | None = limits(0.0, 1e9, lo_open=True)
+    """When the replay ends (a trace also ends with its last row)."""
+
+    requests: int | None = positive(COUNT, "requests to replay (a trace: its first rows)",
+                                    default=100, examples=[1000],
+                                    derived="100 for a synthetic source; a trace's every row")
+    requests_per_load_unit: float | None = key(
+        "synthetic: requests per unit of load (concurrency or rate)", 0.0, 1e9, lo_open=True,
+        examples=[10.0])
+    sessions: int | None = positive(COUNT, "synthetic-session: sessions to replay",
+                                    default=100, examples=[200])
+    sessions_per_load_unit: float | None = key(
+        "synthetic-session: sessions per unit of load (concurrency or rate)", 0.0, 1e9,
+        lo_open=True, examples=[10.0])
+    max_virtual_time_seconds: float | None = key(
+        "trace: replay the arrivals of this much virtual time", 0.0, 1e9, lo_open=True,
+        examples=[600.0])
 
 
 @attrs.frozen
 class Traffic:
-    source: Source | None = None
-    load: Load | None = None
-    stop: Stop | None = None
+    """The workload (unset: 100 synthetic requests of 1024 + 128 tokens, 10 at a time)."""
+
+    source: Source | None = table("where requests come from")
+    load: Load | None = table("how requests arrive")
+    stop: Stop | None = table("when the replay ends")
 
 
 @attrs.frozen
 class Sla:
-    ttft_ms: float | None = limits(0.0, LATENCY_MS, lo_open=True)
-    itl_ms: float | None = limits(0.0, LATENCY_MS, lo_open=True)
-    e2e_ms: float | None = limits(0.0, LATENCY_MS, lo_open=True)
+    """Latency targets; a request meeting every one counts towards goodput."""
+
+    ttft_ms: float | None = key("time to first token target", 0.0, LATENCY_MS, lo_open=True,
+                                examples=[1000.0])
+    itl_ms: float | None = key("inter-token latency target (each request's mean gap)", 0.0,
+                               LATENCY_MS, lo_open=True, examples=[50.0])
+    e2e_ms: float | None = key("end-to-end latency target (not with ttft_ms or itl_ms)", 0.0,
+                               LATENCY_MS, lo_open=True, examples=[20000.0])
 
 
 @attrs.frozen
 class Evaluation:
-    sla: Sla | None = None
-    # USD per GPU-hour: one price for every GPU of the deployment, or a table of prices by
-    # catalog GPU; over the shipped prices (the report's, sweep's and search's costs)
-    gpu_hour_usd: float | dict[str, float] | None = limits(0.0, GPU_HOUR_USD, lo_open=True)
+    """How a replay is judged: SLA targets and GPU prices."""
+
+    sla: Sla | None = table("latency targets (unset: goodput is not measured)")
+    gpu_hour_usd: float | dict[str, float] | None = key(
+        "USD per GPU-hour: one price for every GPU of the deployment, or a table by catalog "
+        "GPU; over the shipped prices (the report's, sweep's and search's costs)",
+        0.0, GPU_HOUR_USD, lo_open=True, examples=[2.5, {"h100_sxm": 2.5}])
 
 
 @attrs.frozen
 class ParsedConfig:
     """Stage 1 output: the TOML document, typed, with only authored values set."""
 
-    engine: Engine
-    traffic: Traffic | None = None
-    evaluation: Evaluation | None = None
+    engine: Engine = required("the deployment: model, GPUs, backend and worker roles")
+    traffic: Traffic | None = table("the workload a replay drives")
+    evaluation: Evaluation | None = table("how a replay is judged: SLA targets, GPU prices")
 
     def to_data(self) -> dict[str, Any]:
         """JSON-ready form, unauthored (``None``) values dropped."""

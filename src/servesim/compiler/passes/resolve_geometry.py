@@ -28,16 +28,19 @@ from servesim.compiler.model.parsed import (
     Capacity,
     Engine,
     KvCache,
+    KvTransfer,
     Load,
     Parallelism,
     ParsedConfig,
     Scheduler,
     Session,
     Source,
+    Speculation,
     Stop,
     Timing,
     Traffic,
     Worker,
+    default_of,
 )
 from servesim.compiler.model.resolved import Origin, Provenance, ResolvedConfig
 from servesim.compiler.plugin_sections import resolve_engine_options, resolve_timing_options
@@ -62,7 +65,6 @@ from servesim.workloads.spec import WorkloadSpec
 T = TypeVar("T")
 
 INFERRED_STATE_DEFAULT_BLOCK = 64
-DEFAULT_STOP_COUNT = 100  # requests or sessions of a synthetic source that names no stop
 
 
 class _Recorder:
@@ -80,6 +82,11 @@ class _Recorder:
         self.note(path, "defaulted", formula)
         return default
 
+    def take(self, path: Path, table: Any, name: str, formula: str | None = None) -> Any:
+        """``table.name`` if authored, else the default its field declares (``parsed``)."""
+        return self.pick((*path, name), getattr(table, name), default_of(type(table), name),
+                         formula)
+
     def note(self, path: Path, origin: Origin, formula: str | None = None) -> None:
         self.provenance[format_path(path)] = Provenance(origin, formula)
 
@@ -94,12 +101,12 @@ def resolve_geometry(cfg: ParsedConfig, ctx: CompileContext) -> ResolvedConfig:
     e = cfg.engine
     mode: Literal["aggregated", "disaggregated"] = (
         "disaggregated" if e.mode == "disaggregated" else "aggregated")
-    rec.pick(("engine", "mode"), e.mode, "aggregated")
+    rec.take(("engine",), e, "mode")
     engine, engine_options, authored = resolve_engine_options(cfg, ctx)
     rec.pick(("engine", "engine"), e.engine, engine, f"the {mode} default")
     for key, was_authored in authored.items():
         rec.note(("engine", "options", key), "authored" if was_authored else "defaulted")
-    backend: str = rec.pick(("engine", "backend"), e.backend, backends.DEFAULT_BACKEND)
+    backend: str = rec.take(("engine",), e, "backend")
     model = _model(rec, e, ctx.base_dir)
     roles, metadata = _roles(rec, e, backend, model, ctx.base_dir,
                              resolve_timing_options(cfg, ctx))
@@ -228,7 +235,7 @@ def _speculation(rec: _Recorder, e: Engine) -> SpeculationArgs | None:
         rec.note(path, "authored")
         return SpeculationArgs(kind=s.kind, num_speculative_tokens=s.num_speculative_tokens,
                                acceptance_rates=tuple(s.acceptance_rates),
-                               seed=rec.pick((*path, "seed"), s.seed, 42))
+                               seed=rec.take(path, s, "seed"))
     nextn = e.nextn or 0
     if nextn == 0 or e.nextn_accepted is None:
         return None
@@ -236,7 +243,7 @@ def _speculation(rec: _Recorder, e: Engine) -> SpeculationArgs | None:
     rec.note(path, "derived", f"legacy nextn = {nextn}, nextn_accepted = {e.nextn_accepted} "
              f"-> kind = \"mtp\", acceptance_rates = {list(rates)}")
     return SpeculationArgs(kind="mtp", num_speculative_tokens=nextn, acceptance_rates=rates,
-                           seed=42)
+                           seed=default_of(Speculation, "seed"))
 
 
 def mtp_acceptance_rates(nextn: int, accepted: float) -> tuple[float, ...]:
@@ -286,8 +293,7 @@ def _resolve_role(rec: _Recorder, role: _Role, speculation: SpeculationArgs | No
     shape = _parallelism(rec, role)
     scheduler = _scheduler(rec, role, shape["attention_data"])
     kv = role.worker.kv_cache or KvCache()
-    prefix_caching = rec.pick((*role.path, "kv_cache", "prefix_caching"), kv.prefix_caching,
-                              True)
+    prefix_caching = rec.take((*role.path, "kv_cache"), kv, "prefix_caching")
     geo = _kv_geometry(rec, role, shape, speculation)
     if geo is None:
         return None, meta
@@ -298,7 +304,7 @@ def _resolve_role(rec: _Recorder, role: _Role, speculation: SpeculationArgs | No
     max_model_len = _context(rec, role)
     _note_fixed(rec, role, kv, speculation)
     timing = _timing(rec, role, weights)
-    startup = rec.pick((*role.path, "startup_seconds"), role.worker.startup_seconds, 0.0)
+    startup = rec.take(role.path, role.worker, "startup_seconds")
     sections: dict[str, Any] = {**shape, **scheduler}
     return RoleArgs(
         worker_type=role.name,  # type: ignore[arg-type]
@@ -312,7 +318,7 @@ def _resolve_role(rec: _Recorder, role: _Role, speculation: SpeculationArgs | No
 def _parallelism(rec: _Recorder, role: _Role) -> dict[str, int]:
     par = role.worker.parallelism or Parallelism()
     pp: Path = (*role.path, "parallelism")
-    shape = {k: rec.pick((*pp, k), getattr(par, k), 1)
+    shape = {k: rec.take(pp, par, k)
              for k in ("replicas", "tensor", "pipeline", "attention_data", "moe_tensor",
                        "moe_expert")}
     # moe_tensor x moe_expert repartition the attention GPUs (tensor x attention_data); left
@@ -337,21 +343,18 @@ def _scheduler(rec: _Recorder, role: _Role, attention_data: int) -> dict[str, An
         backends.policy_of(backend).default_token_budget(attention_data),
         backends.policy_of(backend).token_budget_note)
     max_sequences = rec.pick((*sp, "max_sequences"), sch.max_sequences,
-                             1 if name == "prefill" else 256,
+                             1 if name == "prefill" else default_of(Scheduler, "max_sequences"),
                              "1 for the prefill role" if name == "prefill" else None)
-    psi = rec.pick((*sp, "prefill_schedule_interval"), sch.prefill_schedule_interval, 1)
-    pdi = rec.pick((*sp, "prefill_decode_interval"), sch.prefill_decode_interval, 0)
-    balance = rec.pick((*sp, "attention_dp_balance"), sch.attention_dp_balance, False)
-    timeout_iters = rec.pick((*sp, "attention_dp_timeout_iters"),
-                             sch.attention_dp_timeout_iters, 50, "TensorRT-LLM default")
-    wait_iters = rec.pick((*sp, "attention_dp_batching_wait_iters"),
-                          sch.attention_dp_batching_wait_iters, 10, "TensorRT-LLM default")
-    placement: Placement = rec.pick((*sp, "attention_dp_placement"),
-                                    sch.attention_dp_placement, "round_robin")
+    psi = rec.take(sp, sch, "prefill_schedule_interval")
+    pdi = rec.take(sp, sch, "prefill_decode_interval")
+    balance = rec.take(sp, sch, "attention_dp_balance")
+    timeout_iters = rec.take(sp, sch, "attention_dp_timeout_iters", "TensorRT-LLM default")
+    wait_iters = rec.take(sp, sch, "attention_dp_batching_wait_iters", "TensorRT-LLM default")
+    placement: Placement = rec.take(sp, sch, "attention_dp_placement")
     chunked = True
     if name != "decode":
         chunked = rec.pick((*path, "enable_chunked_prefill"), role.engine.enable_chunked_prefill,
-                           True)
+                           default_of(Engine, "enable_chunked_prefill"))
     return dict(max_batched_tokens=max_batched_tokens, max_sequences=max_sequences,
                 prefill_schedule_interval=psi, prefill_decode_interval=pdi,
                 attention_dp_balance=balance, attention_dp_timeout_iters=timeout_iters,
@@ -435,7 +438,8 @@ def _capacity(rec: _Recorder, role: _Role, shape: dict[str, int], max_batched_to
             pipeline=shape["pipeline"], moe_tensor=shape["moe_tensor"],
             moe_expert=shape["moe_expert"], max_batched_tokens=max_batched_tokens,
             memory_fraction=fraction,
-            cuda_graph_reserved_bytes=cap.cuda_graph_reserved_bytes or 0,
+            cuda_graph_reserved_bytes=cap.cuda_graph_reserved_bytes
+            or default_of(Capacity, "cuda_graph_reserved_bytes"),
             kv_bytes_per_token=bytes_per_token, block_size=block_size,
             weight_dtype_bytes=_weight_dtype_bytes(e.gemm_quant_mode),
             expert_dtype_bytes=_weight_dtype_bytes(e.moe_quant_mode))
@@ -518,7 +522,7 @@ def _timing(rec: _Recorder, role: _Role, weights: _WeightQuant) -> TimingArgs:
     if table is not None and base_dir is not None and not PathLike(table).is_absolute():
         table = str(base_dir / table)  # like a trace path: relative to the config's folder
         rec.note((*path, "timing", "path"), "derived", f"{t.path} relative to the config's folder")
-    timing_type = rec.pick((*path, "timing", "type"), t.type, "default")
+    timing_type = rec.take((*path, "timing"), t, "type")
     gemm_quant = moe_quant = kv_quant = version = None
     if timing_type in ("default", "measured"):
         gemm_quant, moe_quant = weights.gemm, weights.moe
@@ -656,8 +660,8 @@ def _kv_transfer(rec: _Recorder, e: Engine, roles: dict[str, RoleArgs]) -> KvTra
                  "the prefill role's resolved kv_cache.bytes_per_token")
     bandwidth = kt.bandwidth_gb_per_second if kt is not None else None
     rec.pick((*path, "bandwidth_gb_per_second"), bandwidth, None, "no transfer delay")
-    mode: Literal["destination_missing", "full_prompt"] = rec.pick(
-        (*path, "timing_mode"), kt.timing_mode if kt else None, "destination_missing")
+    mode: Literal["destination_missing", "full_prompt"] = rec.take(path, kt or KvTransfer(),
+                                                                   "timing_mode")
     state_bytes = prefill.state_cache.bytes_per_request if prefill.state_cache else 0
     return KvTransferArgs(bytes_per_token=bpt, bandwidth_gb_per_second=bandwidth,
                           timing_mode=mode, state_bytes=state_bytes)
@@ -673,32 +677,26 @@ def _workload(rec: _Recorder, t: Traffic | None, base_dir: PathLike | None) -> W
 
 def _source(rec: _Recorder, src: Source, base_dir: PathLike | None) -> spec.Source:
     sp: Path = ("traffic", "source")
-    stype = rec.pick((*sp, "type"), src.type, "synthetic")
-
-    def pick(key: str, authored: Any, cls: type) -> Any:
-        return rec.pick((*sp, key), authored, spec.default_of(cls, key))
+    stype = rec.take(sp, src, "type")
 
     if stype == "synthetic":
         ratio = None
         if src.output_range_ratio is not None:  # written only when authored: 0 spreads nothing
-            ratio = float(rec.pick((*sp, "output_range_ratio"), src.output_range_ratio, 0.0))
+            ratio = float(rec.take(sp, src, "output_range_ratio"))
         return spec.SyntheticSource(
-            input_tokens=pick("input_tokens", src.input_tokens, spec.SyntheticSource),
-            output_tokens=pick("output_tokens", src.output_tokens, spec.SyntheticSource),
+            input_tokens=rec.take(sp, src, "input_tokens"),
+            output_tokens=rec.take(sp, src, "output_tokens"),
             output_range_ratio=ratio,
-            cached_prefix_tokens=pick("cached_prefix_tokens", src.cached_prefix_tokens,
-                                      spec.SyntheticSource))
+            cached_prefix_tokens=rec.take(sp, src, "cached_prefix_tokens"))
     if stype == "synthetic-session":
-        s, cls = src.session or Session(), spec.SessionSource
-        return cls(
-            new_input_tokens_per_turn=pick("new_input_tokens_per_turn",
-                                           src.new_input_tokens_per_turn, cls),
-            output_tokens_per_turn=pick("output_tokens_per_turn", src.output_tokens_per_turn,
-                                        cls),
-            turns=pick("turns", s.turns, cls),
-            shared_prefix_ratio=float(pick("shared_prefix_ratio", s.shared_prefix_ratio, cls)),
-            prefix_groups=pick("prefix_groups", s.prefix_groups, cls),
-            inter_turn_delay_ms=float(pick("inter_turn_delay_ms", s.inter_turn_delay_ms, cls)))
+        s = src.session or Session()  # (its provenance is noted under traffic.source)
+        return spec.SessionSource(
+            new_input_tokens_per_turn=rec.take(sp, src, "new_input_tokens_per_turn"),
+            output_tokens_per_turn=rec.take(sp, src, "output_tokens_per_turn"),
+            turns=rec.take(sp, s, "turns"),
+            shared_prefix_ratio=float(rec.take(sp, s, "shared_prefix_ratio")),
+            prefix_groups=rec.take(sp, s, "prefix_groups"),
+            inter_turn_delay_ms=float(rec.take(sp, s, "inter_turn_delay_ms")))
     assert src.paths is not None
     trace = PathLike(src.paths[0])
     if base_dir is not None and not trace.is_absolute():
@@ -707,27 +705,25 @@ def _source(rec: _Recorder, src: Source, base_dir: PathLike | None) -> spec.Sour
     else:
         rec.note((*sp, "path"), "authored")
     return spec.TraceSource(path=str(trace),
-                            format=pick("format", src.format, spec.TraceSource),
-                            block_size=pick("block_size", src.block_size, spec.TraceSource))
+                            format=rec.take(sp, src, "format"),
+                            block_size=rec.take(sp, src, "block_size"))
 
 
 def _load(rec: _Recorder, load: Load, stype: str) -> tuple[spec.Load, float]:
     """The resolved load, and its load unit (concurrency or rate) for relative stops."""
     lp: Path = ("traffic", "load")
-    ltype: Any = rec.pick((*lp, "type"), load.type, "concurrency")
+    ltype: Any = rec.take(lp, load, "type")
     if ltype == "concurrency":
-        concurrency = rec.pick((*lp, "concurrency"), load.concurrency,
-                               spec.default_of(spec.ConcurrencyLoad, "concurrency"))
+        concurrency = rec.take(lp, load, "concurrency")
         return spec.ConcurrencyLoad(concurrency=concurrency), concurrency
     if ltype in ("poisson", "constant_rate"):
         key = "sessions_per_second" if stype == "synthetic-session" else "requests_per_second"
-        rate = rec.pick((*lp, key), getattr(load, key), 1.0)
-        seed = None
-        if ltype == "poisson":
-            seed = rec.pick((*lp, "seed"), load.seed, spec.DEFAULT_POISSON_SEED)
+        rate = getattr(load, key)
+        assert rate is not None  # the parse pass requires the rate of an open loop
+        rec.note((*lp, key), "authored")
+        seed = rec.take(lp, load, "seed") if ltype == "poisson" else None
         return spec.RateLoad(type=ltype, seed=seed, **{key: rate}), rate
-    speedup = rec.pick((*lp, "speedup"), load.speedup,
-                       spec.default_of(spec.TimestampLoad, "speedup"))
+    speedup = rec.take(lp, load, "speedup")
     return spec.TimestampLoad(speedup=speedup), 1.0
 
 
@@ -751,5 +747,5 @@ def _stop(rec: _Recorder, stop: Stop, stype: str, unit: float) -> spec.Stop:
         rec.note((*stp, count_key), "derived",
                  f"max(1, round({relative} x {unit})) ({count_key}_per_load_unit x load unit)")
     else:
-        count = rec.pick((*stp, count_key), absolute, DEFAULT_STOP_COUNT)
+        count = rec.take(stp, stop, count_key)
     return spec.Stop(**{count_key: count})
