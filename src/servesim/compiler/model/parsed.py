@@ -35,6 +35,8 @@ from servesim.limits import (
     U64_MAX,
 )
 from servesim.limits import bounded as limits
+from servesim.workloads.lengths import LengthDistribution
+from servesim.workloads.spec import MAX_CV
 
 
 def positive(hi: float = BIG) -> Any:
@@ -179,14 +181,15 @@ class Session:
 @attrs.frozen
 class Source:
     type: Literal["synthetic", "synthetic-session", "trace"] | None = None
-    input_tokens: int | None = positive(TOKENS)
-    output_tokens: int | None = nonneg(TOKENS)
+    # a length is fixed, or drawn per request: { distribution = "lognormal", mean, std }
+    input_tokens: int | LengthDistribution | None = positive(TOKENS)
+    output_tokens: int | LengthDistribution | None = nonneg(TOKENS)
     # output lengths spread uniformly over output_tokens x (1 -/+ ratio), as the benchmark
     # clients' --random-range-ratio does (synthetic source)
     output_range_ratio: float | None = limits(0.0, 1.0)
     cached_prefix_tokens: int | None = nonneg(TOKENS)
-    new_input_tokens_per_turn: int | None = positive(TOKENS)
-    output_tokens_per_turn: int | None = nonneg(TOKENS)
+    new_input_tokens_per_turn: int | LengthDistribution | None = positive(TOKENS)
+    output_tokens_per_turn: int | LengthDistribution | None = nonneg(TOKENS)
     session: Session | None = None
     paths: list[str] | None = None
     format: str | None = None  # a registered trace format; checked by the parse pass
@@ -195,11 +198,14 @@ class Source:
 
 @attrs.frozen
 class Load:
-    type: Literal["concurrency", "poisson", "constant_rate", "trace_timestamps"] | None = None
+    type: Literal["concurrency", "poisson", "constant_rate", "gamma",
+                  "trace_timestamps"] | None = None
     concurrency: int | None = positive(CONCURRENCY)
     requests_per_second: float | None = limits(0.0, 1e7, lo_open=True)
     sessions_per_second: float | None = limits(0.0, 1e7, lo_open=True)
     seed: int | None = nonneg(U64_MAX)
+    # gamma: the coefficient of variation of the gaps (1: poisson; above 1: bursty)
+    cv: float | None = limits(0.0, MAX_CV, lo_open=True)
     speedup: float | None = limits(0.0, 1e6, lo_open=True)
 
 
@@ -217,6 +223,9 @@ class Traffic:
     source: Source | None = None
     load: Load | None = None
     stop: Stop | None = None
+    # seeds every draw: lengths, session prefix groups, poisson/gamma arrivals (default 42;
+    # traffic.load.seed, when set, seeds the arrivals)
+    seed: int | None = nonneg(U64_MAX)
 
 
 @attrs.frozen
