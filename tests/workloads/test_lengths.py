@@ -103,7 +103,7 @@ def test_empirical_csv_draws_rows_and_pairs_input_with_output(tmp_path: Path) ->
 
 
 def test_empirical_csv_with_one_column_or_a_named_one(tmp_path: Path) -> None:
-    (tmp_path / "one.csv").write_text("tokens\n5\n6\n")
+    (tmp_path / "one.csv").write_text("\ufefftokens\r\n5\r\n6\r\n")  # a spreadsheet's
     (tmp_path / "two.csv").write_text("isl,osl\n5,50\n6,60\n")
     one = {"distribution": "empirical", "path": "one.csv"}
     two = {"distribution": "empirical", "path": "two.csv", "column": "osl"}
@@ -307,8 +307,10 @@ def test_a_bad_length_table_in_a_payload_is_refused_at_its_traffic_key() -> None
 
 @pytest.mark.parametrize(("name", "text", "message"), [
     ("missing.csv", None, "missing.csv: file not found [file-not-found]"),
-    ("empty.csv", "", "traffic.source.input_tokens.column: {path} has no column "
-     "'input_length' (header: empty) [traffic-length]"),
+    ("empty.csv", "", "traffic.source.input_tokens.path: {path} holds no lengths "
+     "[traffic-length]"),
+    ("blank.csv", "\n\n", "traffic.source.input_tokens.path: {path} holds no lengths "
+     "[traffic-length]"),
     ("header.csv", "input_length\n", "traffic.source.input_tokens.path: {path} holds no "
      "lengths [traffic-length]"),
     ("short.csv", "a,input_length\n1,2\n3\n", "{path}:3: row has 1 fields, the column is "
@@ -352,8 +354,9 @@ def test_validate_reports_a_missing_empirical_file(
                                   'path = "gone.csv" }'))
     registry = EngineRegistry.collect(get_plugin_manager(load_entrypoints=False))
     diags = check_input_files(payload, registry=registry, base_dir=tmp_path)
-    assert [d.render().split("\n")[0] for d in diags] == [
-        f"{tmp_path / 'gone.csv'}: file not found [file-not-found]"]
+    assert [d.render() for d in diags] == [
+        f"{tmp_path / 'gone.csv'}: file not found [file-not-found]\n"
+        "  hint: check traffic.source.input_tokens.path (relative to the config file)"]
 
 
 def test_a_session_length_table_is_checked_at_its_key(

@@ -35,7 +35,7 @@ from typing import Any, Literal
 import attrs
 
 from servesim import limits as L
-from servesim.errors import Diagnostic, Path, WorkloadError
+from servesim.errors import Diagnostic, Path, WorkloadError, format_path
 from servesim.limits import bounded
 
 Distribution = Literal["uniform", "normal", "lognormal", "empirical"]
@@ -200,27 +200,32 @@ def _continuous(d: LengthDistribution, rng: random.Random) -> Callable[[], float
 
 
 def read_rows(d: LengthDistribution, name: str, where: Path) -> array[int]:
-    """The lengths of an empirical file: a Mooncake trace's rows or a CSV column.
+    """The lengths of an empirical file: a Mooncake trace's rows or a CSV column (its
+    first :data:`MAX_ROWS`).
 
     Raise :class:`WorkloadError` at ``where`` (the table's config path) when the file is
     missing or holds no lengths, and at ``file:line`` for a bad row."""
     assert d.path is not None
     fmt = d.format or empirical_format(d.path)
     file = FilePath(d.path)
-    out = _mooncake(file, d.path, name) if fmt == "mooncake" else _csv(file, d, name, where)
+    out = (_mooncake(file, d.path, name, where) if fmt == "mooncake"
+           else _csv(file, d, name, where))
     if not out:
         raise WorkloadError([_d((*where, "path"), f"{d.path} holds no lengths",
                                 "give a file with at least one row")])
     return out
 
 
-def _mooncake(file: FilePath, shown: str, name: str) -> array[int]:
+def _path_hint(where: Path) -> str:
+    return f"check {format_path((*where, 'path'))} (relative to the config file)"
+
+
+def _mooncake(file: FilePath, shown: str, name: str, where: Path) -> array[int]:
     from servesim.workloads.mooncake import iter_trace_rows, unreadable_trace
 
     problem = unreadable_trace(file, shown)
     if problem is not None:
-        raise WorkloadError([attrs.evolve(problem, hint="check the empirical path (relative "
-                                          "to the config file)")])
+        raise WorkloadError([attrs.evolve(problem, hint=_path_hint(where))])
     out = array("i")
     key = "input_length" if name == "input" else "output_length"
     for row in iter_trace_rows(file, shown, 512):
@@ -235,18 +240,19 @@ def _csv(file: FilePath, d: LengthDistribution, name: str, where: Path) -> array
 
     shown = d.path or ""
     try:
-        text = read_bounded(file, "a CSV file of lengths", MAX_CSV_BYTES).decode("utf-8")
+        text = read_bounded(file, "a CSV file of lengths", MAX_CSV_BYTES).decode("utf-8-sig")
     except Unreadable as exc:
         raise WorkloadError([Diagnostic(code=exc.code, message=exc.message, location=shown,
-                                        hint="check the empirical path (relative to the "
-                                        "config file)")]) from None
+                                        hint=_path_hint(where))]) from None
     except UnicodeDecodeError:
         raise WorkloadError([Diagnostic(code="bad-length-file", location=shown,
                                         message="not UTF-8 text")]) from None
     reader = csv.reader(io.StringIO(text))
     header = [h.strip() for h in next(reader, [])]
-    column = _column(header, d.column, name, shown, where)
     out = array("i")
+    if not header:
+        return out  # an empty file: no lengths
+    column = _column(header, d.column, name, shown, where)
     for row in reader:
         if not any(cell.strip() for cell in row):
             continue
