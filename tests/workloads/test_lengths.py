@@ -60,6 +60,12 @@ def test_uniform_mean_and_range_ratio_spread_around_the_mean() -> None:
     assert statistics.fmean(xs) == pytest.approx(1000, rel=0.01)
 
 
+def test_uniform_lengths_stay_within_the_token_limit() -> None:
+    xs = inputs({"distribution": "uniform", "mean": 2**24, "range_ratio": 1.0}, requests=5000)
+    assert max(xs) <= 2**24 and min(xs) >= 1
+    assert statistics.fmean(xs) == pytest.approx(2**23, rel=0.05)  # over [1, 2^24]
+
+
 def test_normal_lengths_have_the_mean_and_std() -> None:
     xs = inputs({"distribution": "normal", "mean": 1000, "std": 200})
     assert statistics.fmean(xs) == pytest.approx(1000, rel=0.01)

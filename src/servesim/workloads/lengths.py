@@ -150,7 +150,7 @@ def _uniform_bounds(d: LengthDistribution) -> tuple[int, int]:
     if d.mean is not None:
         r = d.range_ratio or 0.0
         lo = max(1, _round(d.mean * (1 - r)))
-        return lo, max(lo, _round(d.mean * (1 + r)))
+        return lo, max(lo, min(L.TOKENS, _round(d.mean * (1 + r))))
     return d.min or 1, d.max or L.TOKENS
 
 
