@@ -185,8 +185,7 @@ def _limits(cls: type, path: tuple[str, ...], place: dict[type, tuple[str, ...]]
         nested = next((a for a in args if attrs.has(a)), None)
         if nested is not None:
             yield from _limits(nested, place.get(nested, (*path, f.name)), place)
-            continue
-        if not ({"lo", "hi"} & set(f.metadata)):
+        if not ({"lo", "hi"} & set(f.metadata)):  # a number or a table: both are bounded
             continue
         in_list = any(typing.get_origin(a) in (list, tuple) for a in args)
         scalars = [typing.get_args(a)[0] if typing.get_origin(a) in (list, tuple) else a
@@ -244,6 +243,12 @@ def _toml_value(v: Any) -> str:
     return "{" + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + "}"
 
 
+NORMAL = {"distribution": "normal", "mean": 1000, "std": 100}
+LENGTHS: dict[str, dict[str, Any]] = {  # a length table that reads the bounded key
+    "mean": NORMAL, "std": NORMAL, "min": NORMAL, "max": NORMAL,
+    "range_ratio": {"distribution": "uniform", "mean": 1000, "range_ratio": 0.1},
+    "mu": {"distribution": "lognormal", "mu": 7, "sigma": 0.5},
+    "sigma": {"distribution": "lognormal", "mu": 7, "sigma": 0.5}}
 SPECULATION = {"kind": "mtp", "num_speculative_tokens": 1, "acceptance_rates": [0.5]}
 CONFIG_BASE: dict[str, Any] = {
     "engine": {"model": "Qwen/Qwen3-32B", "hardware": "h200_sxm",
@@ -260,6 +265,9 @@ def config_limit_cases() -> Iterator[tuple[str, str, Limit, Any]]:
             doc = copy.deepcopy(CONFIG_BASE)
             if limit.path[:2] == ("engine", "speculation"):
                 doc["engine"]["speculation"] = dict(SPECULATION)
+            if limit.path[:2] == ("traffic", "source") and limit.path[2] != "session" \
+                    and len(limit.path) == 4:
+                _set(doc, limit.path[:3], dict(LENGTHS[limit.path[3]]))  # a length table
             _set(doc, limit.path, [v] if limit.in_list else v)
             text = "".join(f"{k} = {_toml_value(x)}\n" for k, x in doc.items())
             yield f"config {'.'.join(limit.path)} = {v!r}", text, limit, v

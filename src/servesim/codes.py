@@ -249,6 +249,13 @@ TRAFFIC_STOP = "traffic-stop"
 TRAFFIC_VALUE = "traffic-value"
 """Traffic values that contradict each other."""
 
+TRAFFIC_LENGTH = "traffic-length"
+"""A length distribution table that cannot be used (a missing or unknown parameter, min
+above max)."""
+
+BAD_LENGTH_FILE = "bad-length-file"
+"""An empirical length file cannot be read as lengths (missing, empty, truncated, not numbers)."""
+
 BAD_WORKLOAD = "bad-workload"
 """A workload that cannot be replayed (an unsupported trace format, a bad payload
 workload)."""

@@ -151,6 +151,31 @@ def _is_number_or_table(tp: Any) -> bool:
         get_origin(m) is dict for m in members)
 
 
+def _is_scalar_or_table(tp: Any) -> bool:
+    """``int | SomeTable``: a number, or a table structured as the attrs class (a length
+    that is fixed or drawn from a distribution)."""
+    if not _is_union(tp):
+        return False
+    members = _union_members(tp)
+    tables = [m for m in members if attrs.has(m)]
+    return len(tables) == 1 and len(members) == 2 and (int in members or float in members)
+
+
+def _structure_scalar_or_table(conv: cattrs.Converter) -> Callable[[Any, Any], Any]:
+    def hook(value: Any, tp: Any) -> Any:
+        members = _union_members(tp)
+        if isinstance(value, dict):
+            return conv.structure(value, next(m for m in members if attrs.has(m)))
+        if int in members and not isinstance(value, bool) and isinstance(value, int):
+            return value
+        if float in members and not isinstance(value, bool) and isinstance(value, (int, float)):
+            return _float(value)
+        kind = "an integer" if int in members else "a number"
+        raise _TypeMismatch(f"expected {kind} or a table, got {_describe(value)}")
+
+    return hook
+
+
 def make_converter() -> cattrs.Converter:
     conv = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
     conv.register_structure_hook(int, _int)
@@ -225,6 +250,7 @@ def make_converter() -> cattrs.Converter:
 
     conv.register_structure_hook_factory(attrs.has, attrs_hook_factory)
     conv.register_structure_hook_func(_is_tagged_union, _structure_tagged_union(conv))
+    conv.register_structure_hook_func(_is_scalar_or_table, _structure_scalar_or_table(conv))
     return conv
 
 

@@ -252,6 +252,9 @@ def map_paths(data: dict[str, Any], fn: Any, *, models: bool = True) -> None:
     source = workload.get("source") if isinstance(workload, dict) else None
     if isinstance(source, dict) and isinstance(source.get("path"), str):
         source["path"] = fn(source["path"])
+    for length in source.values() if isinstance(source, dict) else ():  # empirical lengths
+        if isinstance(length, dict) and isinstance(length.get("path"), str):
+            length["path"] = fn(length["path"])
     for role in roles.values() if isinstance(roles, dict) else ():
         timing = role.get("timing") if isinstance(role, dict) else None
         if isinstance(timing, dict) and isinstance(timing.get("path"), str):

@@ -25,7 +25,7 @@ from servesim import codes
 from servesim.backends import use_backends
 from servesim.engines.kernel.metrics import MetricsCollector, request_record_json
 from servesim.engines.kernel.requests import RequestRecord
-from servesim.errors import Diagnostic, PayloadError, ServesimError
+from servesim.errors import Diagnostic, PayloadError, ServesimError, WorkloadError
 from servesim.files import whole_file
 from servesim.payload import Payload, map_paths, payload_to_dict
 from servesim.plugins import checked
@@ -111,10 +111,12 @@ def check_input_files(payload: Payload, *, registry: EngineRegistry,
         else:
             unreadable = unreadable_trace(path, source.path)
             out += [unreadable] if unreadable else []
-    elif isinstance(source, SyntheticSource):
-        first_prompt = source.input_tokens
-    elif isinstance(source, SessionSource):
-        first_prompt = source.new_input_tokens_per_turn
+    elif isinstance(source, SyntheticSource | SessionSource):
+        try:  # the first request's prompt, drawn (an empirical length's file is read)
+            with build_workload(spec, base_dir=base_dir) as drawn:
+                first_prompt = next(drawn.start()).input_length
+        except WorkloadError as exc:
+            out += exc.diagnostics
     for role in payload.roles.values():
         if first_prompt is not None and role.worker_type != "decode":
             problem = prompt_over_budget(role, 0, first_prompt)

@@ -26,7 +26,9 @@ from servesim import codes
 from servesim.errors import Diagnostic, Path, error
 
 SOURCE_TYPES = ("synthetic", "synthetic-session", "trace")
-RATE_LOADS = ("poisson", "constant_rate")
+RATE_LOADS = ("poisson", "constant_rate", "gamma")
+LENGTH_KEYS = {"synthetic": ("input_tokens", "output_tokens"),
+               "synthetic-session": ("new_input_tokens_per_turn", "output_tokens_per_turn")}
 DEFAULT_INPUT_TOKENS = 1024
 
 SOURCE: Path = ("traffic", "source")
@@ -48,11 +50,29 @@ def check_traffic(source: Mapping[str, Any], load: Mapping[str, Any]) -> list[Di
 
 
 def _source(source: Mapping[str, Any]) -> Iterator[Diagnostic]:
-    """The cached prefix fits the prompt; a shared session prefix has groups."""
+    """Length tables follow their rules; the cached prefix fits the shortest prompt; a
+    shared session prefix has groups."""
+    from servesim.workloads.lengths import check_lengths
+
+    stype = source.get("type", "synthetic")
+    for key in LENGTH_KEYS.get(stype, ()):
+        if isinstance(source.get(key), Mapping):
+            yield from check_lengths(source[key], (*SOURCE, key))
     cached: Any = source.get("cached_prefix_tokens")
     isl: Any = source.get("input_tokens", DEFAULT_INPUT_TOKENS)
-    if (source.get("type", "synthetic") == "synthetic" and _number(cached) and _number(isl)
-            and cached > isl):
+    if stype == "synthetic" and _number(cached) and cached > 0 and isinstance(isl, Mapping):
+        shortest = _shortest(isl)
+        if shortest is not None and cached > shortest:
+            yield error(codes.TRAFFIC_VALUE, (*SOURCE, "cached_prefix_tokens"),
+                        f"cached_prefix_tokens must be <= the shortest prompt (input_tokens "
+                        f"gives {shortest} tokens or more), got {cached}; raise input_tokens.min")
+    if source.get("output_range_ratio") is not None and isinstance(
+            source.get("output_tokens"), Mapping):
+        yield error(codes.TRAFFIC_VALUE, (*SOURCE, "output_range_ratio"),
+                    "output_range_ratio spreads a fixed output_tokens; with a distribution, "
+                    "write output_tokens = { distribution = \"uniform\", mean = N, "
+                    "range_ratio = R }")
+    if stype == "synthetic" and _number(cached) and _number(isl) and cached > isl:
         yield error(codes.TRAFFIC_VALUE, (*SOURCE, "cached_prefix_tokens"),
                     f"cached_prefix_tokens must be <= input_tokens ({isl}), got {cached}")
     ratio: Any = source.get("shared_prefix_ratio")
@@ -82,3 +102,19 @@ def _load(stype: Any, load: Mapping[str, Any]) -> Iterator[Diagnostic]:
                         f"rate unit does not match source type {stype!r}; use {want}")
         elif load.get(want) is None:
             yield error(codes.TRAFFIC_LOAD, (*LOAD, want), f"{ltype} load requires {want}")
+    if ltype == "gamma" and load.get("cv") is None:
+        yield error(codes.TRAFFIC_LOAD, (*LOAD, "cv"), "gamma load requires cv, the coefficient of "
+                    "variation of the gaps between arrivals (1: poisson; above 1: bursty)")
+
+
+def _shortest(table: Mapping[str, Any]) -> int | None:
+    """The shortest length a (well-typed) length table draws, or None."""
+    from cattrs import BaseValidationError
+
+    from servesim.converter import make_converter
+    from servesim.workloads.lengths import LengthDistribution, lower_bound
+
+    try:
+        return lower_bound(make_converter().structure(dict(table), LengthDistribution))
+    except BaseValidationError:  # a table of the wrong shape: the type check reports it
+        return None

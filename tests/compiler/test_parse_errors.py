@@ -128,7 +128,7 @@ def test_utf8_byte_order_mark_is_accepted() -> None:
      "  hint: did you mean 'type'?"),
     (HEAD + AGG + "[traffic.load]\nrps = 3.0\n",
      "traffic.load.rps: unknown key 'rps' (allowed here: type, concurrency, requests_per_second, "
-     "sessions_per_second, seed, speedup) [unknown-key]"),
+     "sessions_per_second, seed, cv, speedup) [unknown-key]"),
 ], ids=["root", "engine", "workers", "kv_cache", "capacity", "no-hint"])
 def test_unknown_keys(text: str, expected: str) -> None:
     assert parse_errors(text) == [expected]

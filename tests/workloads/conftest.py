@@ -70,3 +70,30 @@ def write_trace(tmp_path: Path) -> Callable[..., Path]:
         return path
 
     return write
+
+
+TRAFFIC_CONFIG = """
+[engine]
+model = "Qwen/Qwen3-32B"
+hardware = "h100_sxm"
+[engine.workers.aggregated]
+[traffic]
+{traffic}
+[traffic.source]
+{source}
+[traffic.load]
+{load}
+[traffic.stop]
+{stop}
+"""
+
+
+def traffic_config(source: str, load: str = 'type = "concurrency"',
+                   stop: str = "requests = 10", traffic: str = "") -> str:
+    """A config of one aggregated H100 worker with these ``[traffic.*]`` lines."""
+    return TRAFFIC_CONFIG.format(source=source, load=load, stop=stop, traffic=traffic)
+
+
+@pytest.fixture
+def config() -> Callable[..., str]:
+    return traffic_config

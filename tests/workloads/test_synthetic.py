@@ -357,10 +357,11 @@ requests = 5
 
 @pytest.mark.parametrize(("edit", "expected"), [
     ({"source": {"type": "synthetic", "input_tokens": "many"}},
-     "traffic.source.input_tokens: expected an integer, got string 'many' [wrong-type]"),
+     "traffic.source.input_tokens: expected an integer or a table, got string 'many' "
+         "[wrong-type]"),
     ({"load": {"type": "burst"}},
      "traffic.load.type: expected one of \"concurrency\", \"poisson\", \"constant_rate\", "
-     "\"trace_timestamps\", got string 'burst' [bad-choice]"),
+     "\"gamma\", \"trace_timestamps\", got string 'burst' [bad-choice]"),
     ({"load": []}, "traffic.load: expected a table, got an array [wrong-type]"),
     ({"stop": {"requests": 1, "request": 2}},
      "traffic.stop.request: unknown key 'request' (allowed here: requests, sessions, "

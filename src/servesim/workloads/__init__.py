@@ -7,9 +7,12 @@ JSON form) into an object implementing the kernel
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
+
+import attrs
 
 from servesim.errors import WorkloadError
 from servesim.workloads.driver import (
@@ -19,9 +22,11 @@ from servesim.workloads.driver import (
     Session,
     SessionWorkload,
     constant_arrivals,
+    gamma_arrivals,
     poisson_arrivals,
 )
 from servesim.workloads.formats import BUILTIN_FORMATS, TraceFile, TraceLoader
+from servesim.workloads.lengths import LengthDistribution, read_rows
 from servesim.workloads.mooncake import (
     TraceRow,
     iter_trace_rows,
@@ -48,6 +53,7 @@ __all__ = [
     "WorkloadSpec",
     "build_workload",
     "constant_arrivals",
+    "gamma_arrivals",
     "iter_trace_rows",
     "load_workload",
     "poisson_arrivals",
@@ -75,6 +81,9 @@ def _plan(spec: WorkloadSpec) -> ArrivalPlan:
     rate, seed = load.rate, load.arrival_seed
     if load.type == "poisson":
         return OpenLoop(lambda: poisson_arrivals(rate, seed))
+    if load.type == "gamma":
+        cv = 1.0 if load.cv is None else load.cv
+        return OpenLoop(lambda: gamma_arrivals(rate, cv, seed))
     return OpenLoop(lambda: constant_arrivals(rate))
 
 
@@ -94,15 +103,32 @@ def build_workload(spec: WorkloadSpec | Mapping[str, Any], *, base_dir: Path | N
     units: Callable[[], Iterator[Session]]
     on_close: Callable[[], None] | None = None
     if isinstance(source, SyntheticSource):
-        units = lambda: synthetic_requests(source)  # noqa: E731
+        rows = _length_rows(source, ("input_tokens", "output_tokens"), base_dir)
+        units = lambda: synthetic_requests(source, rows)  # noqa: E731
     elif isinstance(source, SessionSource):
         load = parsed.load
         seed = load.arrival_seed if isinstance(load, RateLoad) else DEFAULT_POISSON_SEED
-        units = lambda: synthetic_sessions(source, seed)  # noqa: E731
+        seed = seed if source.seed is None else source.seed
+        rows = _length_rows(source, ("new_input_tokens_per_turn", "output_tokens_per_turn"),
+                            base_dir)
+        units = lambda: synthetic_sessions(source, seed, rows)  # noqa: E731
     else:
         units, on_close = _trace_units(source, parsed, base_dir, formats)
     return SessionWorkload(units, plan, max_sessions=stop.sessions, max_requests=stop.requests,
                            max_time_ms=stop.max_time_ms, on_close=on_close)
+
+
+def _length_rows(source: SyntheticSource | SessionSource, keys: tuple[str, str],
+                 base_dir: Path | None) -> Callable[[LengthDistribution, str], array[int]]:
+    """The lengths of each empirical file (``input`` or ``output``), read now: a missing
+    or bad file fails before the replay starts."""
+    table: dict[str, array[int]] = {}
+    for key, name in zip(keys, ("input", "output"), strict=True):
+        d = getattr(source, key)
+        if isinstance(d, LengthDistribution) and d.path is not None:
+            path = str(resolve_trace_path(d.path, base_dir))
+            table[name] = read_rows(attrs.evolve(d, path=path), name, ("traffic", "source", key))
+    return lambda _d, name: table[name]
 
 
 def _trace_units(

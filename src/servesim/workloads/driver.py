@@ -44,6 +44,22 @@ def poisson_arrivals(rate_per_s: float, seed: int) -> Iterator[float]:
         t += rng.expovariate(rate_per_s) * 1000.0
 
 
+def gamma_arrivals(rate_per_s: float, cv: float, seed: int) -> Iterator[float]:
+    """First arrival at 0 ms, then gamma gaps of mean ``1000 / rate`` ms and coefficient
+    of variation ``cv`` (shape ``1 / cv^2``): bursts and lulls for ``cv > 1``, steadier
+    than poisson for ``cv < 1``. ``cv = 1`` is :func:`poisson_arrivals`, draw for draw."""
+    if cv == 1.0:
+        yield from poisson_arrivals(rate_per_s, seed)
+        return
+    rng = random.Random(seed)
+    shape = 1.0 / (cv * cv)
+    scale = 1000.0 / (rate_per_s * shape)
+    t = 0.0
+    while True:
+        yield t
+        t += rng.gammavariate(shape, scale)
+
+
 def constant_arrivals(rate_per_s: float) -> Iterator[float]:
     """Arrival ``i`` at ``i * 1000 / rate`` ms."""
     interval = 1000.0 / rate_per_s

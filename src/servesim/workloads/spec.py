@@ -25,29 +25,35 @@ from servesim import limits as L
 from servesim.errors import Diagnostic, Path, WorkloadError
 from servesim.limits import bounded
 from servesim.traffic_rules import check_traffic
+from servesim.workloads.lengths import LengthDistribution
+
+Length = int | LengthDistribution  # a fixed length, or one drawn per request
 
 TRACE_FORMATS = ("mooncake", "mooncake-delta")
 DEFAULT_POISSON_SEED = 42
+MAX_CV = 100.0  # burstiness of gamma arrivals: gap shape 1 / cv^2 stays above 1e-4
 TRAFFIC: Path = ("traffic",)  # where a payload's workload lives in a config
 
 
 @attrs.frozen
 class SyntheticSource:
     type: Literal["synthetic"] = "synthetic"
-    input_tokens: int = bounded(1, L.TOKENS, default=1024)
-    output_tokens: int = bounded(0, L.TOKENS, default=128)
+    input_tokens: Length = bounded(1, L.TOKENS, default=1024)
+    output_tokens: Length = bounded(0, L.TOKENS, default=128)
     # request i generates output_tokens x (1 + ratio x (2 u_i - 1)) tokens (at least one),
     # u_i a fixed low-discrepancy sequence over [0, 1): lengths spread evenly over the range,
     # the same in every replay, with mean output_tokens (None: written only when authored)
     output_range_ratio: float | None = bounded(0.0, 1.0)
     cached_prefix_tokens: int = bounded(0, L.TOKENS, default=0)
+    # seeds the drawn lengths (None: written only with a distribution or traffic.seed)
+    seed: int | None = bounded(0, L.U64_MAX)
 
 
 @attrs.frozen
 class SessionSource:
     type: Literal["synthetic-session"] = "synthetic-session"
-    new_input_tokens_per_turn: int = bounded(1, L.TOKENS, default=1024)
-    output_tokens_per_turn: int = bounded(0, L.TOKENS, default=128)
+    new_input_tokens_per_turn: Length = bounded(1, L.TOKENS, default=1024)
+    output_tokens_per_turn: Length = bounded(0, L.TOKENS, default=128)
     turns: int = bounded(1, 10_000, default=4)
     shared_prefix_ratio: float = bounded(0.0, 1.0, default=0.0)
     prefix_groups: int = bounded(0, L.COUNT, default=0)
@@ -55,6 +61,8 @@ class SessionSource:
     # Granularity of the shared prefix: ``round(blocks * ratio)`` blocks of this size.
     # ``None`` shares ``round(tokens * ratio)`` tokens (block size 1).
     block_size: int | None = bounded(1, L.BLOCK_SIZE)
+    # seeds the drawn lengths and the prefix groups (None: the load's seed, as before)
+    seed: int | None = bounded(0, L.U64_MAX)
 
 
 @attrs.frozen
@@ -78,13 +86,15 @@ class ConcurrencyLoad:
 
 @attrs.frozen
 class RateLoad:
-    """Open loop: ``poisson`` or ``constant_rate`` arrivals of requests or sessions (the
-    rate key names the unit, as the source type requires)."""
+    """Open loop: ``poisson``, ``gamma`` or ``constant_rate`` arrivals of requests or
+    sessions (the rate key names the unit, as the source type requires). ``gamma`` gaps
+    have the mean ``1 / rate`` and the coefficient of variation ``cv`` (1: poisson)."""
 
-    type: Literal["poisson", "constant_rate"]
+    type: Literal["poisson", "constant_rate", "gamma"]
     requests_per_second: float | None = bounded(0.0, 1e7, lo_open=True)
     sessions_per_second: float | None = bounded(0.0, 1e7, lo_open=True)
-    seed: int | None = bounded(0, L.U64_MAX)  # poisson (None: DEFAULT_POISSON_SEED)
+    seed: int | None = bounded(0, L.U64_MAX)  # poisson, gamma (None: DEFAULT_POISSON_SEED)
+    cv: float | None = bounded(0.0, MAX_CV, lo_open=True)  # gamma
 
     @property
     def rate(self) -> float:
@@ -134,8 +144,9 @@ def default_of(cls: type, name: str) -> Any:
 
 def workload_to_data(spec: WorkloadSpec) -> dict[str, Any]:
     """The JSON form: ``None`` fields dropped (an unauthored ratio, a trace's missing stop)."""
-    return {section: {k: v for k, v in attrs.asdict(getattr(spec, section)).items()
-                      if v is not None}
+    from servesim.payload import drop_none
+
+    return {section: drop_none(attrs.asdict(getattr(spec, section)))
             for section in ("source", "load", "stop")}
 
 

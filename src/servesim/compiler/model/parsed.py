@@ -40,6 +40,8 @@ from servesim.limits import (
 )
 from servesim.limits import bounded as limits
 from servesim.workloads import spec
+from servesim.workloads.lengths import LengthDistribution
+from servesim.workloads.spec import MAX_CV
 
 
 def key(doc: str, lo: float | None = None, hi: float | None = None, *,
@@ -351,11 +353,14 @@ class Source:
 
     type: Literal["synthetic", "synthetic-session", "trace"] | None = key(
         "the request source", default="synthetic", examples=["trace"])
-    input_tokens: int | None = positive(
-        TOKENS, "synthetic: prompt tokens per request",
+    input_tokens: int | LengthDistribution | None = positive(
+        TOKENS, "synthetic: prompt tokens per request"
+        " (a number, or a distribution table: { distribution = \"lognormal\", mean = 2000, "
+        "std = 800 })",
         default=spec.default_of(spec.SyntheticSource, "input_tokens"), examples=[2048])
-    output_tokens: int | None = nonneg(
-        TOKENS, "synthetic: output tokens per request (the mean with output_range_ratio)",
+    output_tokens: int | LengthDistribution | None = nonneg(
+        TOKENS, "synthetic: output tokens per request (the mean with output_range_ratio), "
+        "or a distribution table",
         default=spec.default_of(spec.SyntheticSource, "output_tokens"), examples=[256])
     # output lengths spread uniformly over output_tokens x (1 -/+ ratio), as the benchmark
     # clients' --random-range-ratio does (synthetic source)
@@ -366,12 +371,12 @@ class Source:
         TOKENS, "synthetic: prompt tokens every request shares",
         default=spec.default_of(spec.SyntheticSource, "cached_prefix_tokens"),
         examples=[512])
-    new_input_tokens_per_turn: int | None = positive(
-        TOKENS, "synthetic-session: new prompt tokens per turn",
+    new_input_tokens_per_turn: int | LengthDistribution | None = positive(
+        TOKENS, "synthetic-session: new prompt tokens per turn, or a distribution table",
         default=spec.default_of(spec.SessionSource, "new_input_tokens_per_turn"),
         examples=[512])
-    output_tokens_per_turn: int | None = nonneg(
-        TOKENS, "synthetic-session: output tokens per turn",
+    output_tokens_per_turn: int | LengthDistribution | None = nonneg(
+        TOKENS, "synthetic-session: output tokens per turn, or a distribution table",
         default=spec.default_of(spec.SessionSource, "output_tokens_per_turn"),
         examples=[256])
     session: Session | None = table("synthetic-session: the sessions' shape")
@@ -389,19 +394,23 @@ class Source:
 class Load:
     """How requests arrive: a closed loop, a rate, or the trace's timestamps."""
 
-    type: Literal["concurrency", "poisson", "constant_rate", "trace_timestamps"] | None = key(
+    type: Literal["concurrency", "poisson", "constant_rate", "gamma",
+                  "trace_timestamps"] | None = key(
         "the arrival process", default="concurrency", examples=["poisson"])
     concurrency: int | None = positive(
         CONCURRENCY, "concurrency: requests (or sessions) in flight",
         default=spec.default_of(spec.ConcurrencyLoad, "concurrency"), examples=[64])
     requests_per_second: float | None = key(
-        "poisson, constant_rate: request arrival rate (required)", 0.0, 1e7, lo_open=True,
+        "poisson, gamma, constant_rate: request arrival rate (required)", 0.0, 1e7, lo_open=True,
         examples=[5.0])
     sessions_per_second: float | None = key(
         "poisson, constant_rate over sessions: session arrival rate (required)", 0.0, 1e7,
         lo_open=True, examples=[0.5])
-    seed: int | None = nonneg(U64_MAX, "poisson: seed of the arrival times",
-                              default=spec.DEFAULT_POISSON_SEED, examples=[7])
+    seed: int | None = nonneg(U64_MAX, "poisson, gamma: seed of the arrival times",
+                              derived="traffic.seed (42 when unset)", examples=[7])
+    cv: float | None = key(
+        "gamma (required): the coefficient of variation of the gaps between arrivals "
+        "(1: poisson; above 1: bursts and lulls)", 0.0, MAX_CV, lo_open=True, examples=[3.0])
     speedup: float | None = key(
         "trace_timestamps: divide the trace's timestamps by this", 0.0, 1e6, lo_open=True,
         default=spec.default_of(spec.TimestampLoad, "speedup"), examples=[2.0])
@@ -434,6 +443,10 @@ class Traffic:
     source: Source | None = table("where requests come from")
     load: Load | None = table("how requests arrive")
     stop: Stop | None = table("when the replay ends")
+    seed: int | None = nonneg(
+        U64_MAX, "seeds every draw: lengths, session prefix groups, poisson/gamma arrivals "
+        "(traffic.load.seed, when set, seeds the arrivals)",
+        default=spec.DEFAULT_POISSON_SEED, examples=[2026])
 
 
 @attrs.frozen

@@ -37,8 +37,10 @@ from servesim.compiler.plugin_sections import check_plugin_sections
 from servesim.compiler.source import SourceText, load_toml
 from servesim.converter import check_limits, make_converter, structure
 from servesim.errors import CompileError, Diagnostic, Path, error
+from servesim.payload import drop_none
 from servesim.sweep.pricing import check_price_names
 from servesim.traffic_rules import check_traffic
+from servesim.workloads.lengths import LengthDistribution
 
 
 def parse(source: SourceText, ctx: CompileContext) -> ParsedConfig:
@@ -192,11 +194,14 @@ def _speculation(e: Engine) -> Iterator[Diagnostic]:
 
 
 def _authored(table: Any) -> dict[str, Any]:
-    """The values a table sets, without its nested tables."""
+    """The values a table sets, without its nested tables (a length table in its JSON
+    form: it is a value)."""
     if table is None:
         return {}
     values = {f.name: getattr(table, f.name) for f in attrs.fields(type(table))}
-    return {k: v for k, v in values.items() if v is not None and not attrs.has(type(v))}
+    return {k: drop_none(attrs.asdict(v)) if isinstance(v, LengthDistribution) else v
+            for k, v in values.items()
+            if v is not None and (isinstance(v, LengthDistribution) or not attrs.has(type(v)))}
 
 
 def _traffic(t: Traffic | None) -> Iterator[Diagnostic]:
@@ -246,10 +251,12 @@ def _load_keys(load: Load, ltype: str) -> Iterator[Diagnostic]:
     load_keys = {
         "concurrency": {"concurrency"},
         "poisson": {"requests_per_second", "sessions_per_second", "seed"},
+        "gamma": {"requests_per_second", "sessions_per_second", "seed", "cv"},
         "constant_rate": {"requests_per_second", "sessions_per_second"},
         "trace_timestamps": {"speedup"},
     }[ltype]
-    for key in ("concurrency", "requests_per_second", "sessions_per_second", "seed", "speedup"):
+    for key in ("concurrency", "requests_per_second", "sessions_per_second", "seed", "cv",
+                "speedup"):
         if getattr(load, key) is not None and key not in load_keys:
             yield error(codes.TRAFFIC_KEY, (*lp, key), f"load type {ltype!r} does not accept {key}")
 

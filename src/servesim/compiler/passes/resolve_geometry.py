@@ -59,7 +59,8 @@ from servesim.payload import (
 )
 from servesim.sweep import pricing
 from servesim.version import __version__
-from servesim.workloads import spec
+from servesim.workloads import lengths, spec
+from servesim.workloads.lengths import LengthDistribution
 from servesim.workloads.spec import WorkloadSpec
 
 T = TypeVar("T")
@@ -671,28 +672,63 @@ def _workload(rec: _Recorder, t: Traffic | None, base_dir: PathLike | None) -> W
     """The resolved traffic: source, load and stop with every default applied."""
     t = t or Traffic()
     source = _source(rec, t.source or Source(), base_dir)
-    load, unit = _load(rec, t.load or Load(), source.type)
+    load, unit = _load(rec, t.load or Load(), source.type, t.seed)
+    if source.type != "trace":
+        source = attrs.evolve(source, seed=_length_seed(rec, t.seed, source, load))
     return WorkloadSpec(source, load, _stop(rec, t.stop or Stop(), source.type, unit))
+
+
+def _length_seed(rec: _Recorder, seed: int | None, source: spec.SyntheticSource
+                 | spec.SessionSource, load: spec.Load) -> int | None:
+    """The seed of drawn lengths (and session prefix groups): ``traffic.seed``, else, when
+    a length is drawn, the arrivals' (None: nothing drawn, as before)."""
+    path: Path = ("traffic", "source", "seed")
+    if seed is not None:
+        rec.note(path, "derived", "traffic.seed")
+        return seed
+    if not any(isinstance(v, LengthDistribution) for v in attrs.astuple(source, recurse=False)):
+        return None
+    arrivals = load.arrival_seed if isinstance(load, spec.RateLoad) else spec.DEFAULT_POISSON_SEED
+    rec.note(path, "defaulted", "the arrivals' seed")
+    return arrivals
+
+
+def _length(rec: _Recorder, path: Path, authored: Any, default: int,
+            base_dir: PathLike | None) -> Any:
+    """A fixed length, or a length table with its empirical file relative to the config."""
+    value = rec.pick(path, authored, default)
+    if not isinstance(value, LengthDistribution) or value.path is None:
+        return value
+    file = PathLike(value.path)
+    if base_dir is not None and not file.is_absolute():
+        file = base_dir / file
+    return attrs.evolve(value, path=str(file),
+                        format=value.format or lengths.empirical_format(value.path))
 
 
 def _source(rec: _Recorder, src: Source, base_dir: PathLike | None) -> spec.Source:
     sp: Path = ("traffic", "source")
     stype = rec.take(sp, src, "type")
 
+    def length(key: str, authored: Any, cls: type) -> Any:
+        return _length(rec, (*sp, key), authored, spec.default_of(cls, key), base_dir)
+
     if stype == "synthetic":
         ratio = None
         if src.output_range_ratio is not None:  # written only when authored: 0 spreads nothing
             ratio = float(rec.take(sp, src, "output_range_ratio"))
         return spec.SyntheticSource(
-            input_tokens=rec.take(sp, src, "input_tokens"),
-            output_tokens=rec.take(sp, src, "output_tokens"),
+            input_tokens=length("input_tokens", src.input_tokens, spec.SyntheticSource),
+            output_tokens=length("output_tokens", src.output_tokens, spec.SyntheticSource),
             output_range_ratio=ratio,
             cached_prefix_tokens=rec.take(sp, src, "cached_prefix_tokens"))
     if stype == "synthetic-session":
-        s = src.session or Session()  # (its provenance is noted under traffic.source)
-        return spec.SessionSource(
-            new_input_tokens_per_turn=rec.take(sp, src, "new_input_tokens_per_turn"),
-            output_tokens_per_turn=rec.take(sp, src, "output_tokens_per_turn"),
+        s, cls = src.session or Session(), spec.SessionSource
+        return cls(  # (the session's provenance is noted under traffic.source)
+            new_input_tokens_per_turn=length("new_input_tokens_per_turn",
+                                             src.new_input_tokens_per_turn, cls),
+            output_tokens_per_turn=length("output_tokens_per_turn", src.output_tokens_per_turn,
+                                          cls),
             turns=rec.take(sp, s, "turns"),
             shared_prefix_ratio=float(rec.take(sp, s, "shared_prefix_ratio")),
             prefix_groups=rec.take(sp, s, "prefix_groups"),
@@ -709,20 +745,29 @@ def _source(rec: _Recorder, src: Source, base_dir: PathLike | None) -> spec.Sour
                             block_size=rec.take(sp, src, "block_size"))
 
 
-def _load(rec: _Recorder, load: Load, stype: str) -> tuple[spec.Load, float]:
+def _load(rec: _Recorder, load: Load, stype: str, seed: int | None
+          ) -> tuple[spec.Load, float]:
     """The resolved load, and its load unit (concurrency or rate) for relative stops."""
     lp: Path = ("traffic", "load")
     ltype: Any = rec.take(lp, load, "type")
     if ltype == "concurrency":
         concurrency = rec.take(lp, load, "concurrency")
         return spec.ConcurrencyLoad(concurrency=concurrency), concurrency
-    if ltype in ("poisson", "constant_rate"):
+    if ltype in ("poisson", "constant_rate", "gamma"):
         key = "sessions_per_second" if stype == "synthetic-session" else "requests_per_second"
         rate = getattr(load, key)
         assert rate is not None  # the parse pass requires the rate of an open loop
         rec.note((*lp, key), "authored")
-        seed = rec.take(lp, load, "seed") if ltype == "poisson" else None
-        return spec.RateLoad(type=ltype, seed=seed, **{key: rate}), rate
+        arrival_seed = cv = None
+        if ltype != "constant_rate":
+            if load.seed is None and seed is not None:
+                arrival_seed = seed
+                rec.note((*lp, "seed"), "derived", "traffic.seed")
+            else:
+                arrival_seed = rec.pick((*lp, "seed"), load.seed, spec.DEFAULT_POISSON_SEED)
+        if ltype == "gamma":
+            cv = rec.pick((*lp, "cv"), load.cv, 1.0)
+        return spec.RateLoad(type=ltype, seed=arrival_seed, cv=cv, **{key: rate}), rate
     speedup = rec.take(lp, load, "speedup")
     return spec.TimestampLoad(speedup=speedup), 1.0
 
