@@ -119,3 +119,41 @@ def test_handoff_instants_are_ordered_and_split_the_ttft_exactly(case: Case) -> 
         parts = ttft_parts(r)
         assert parts is not None and list(parts) == list(TTFT_PARTS)
         assert sum(parts.values()) == r.token_times[0] - r.arrival_ms
+
+
+def test_a_rejected_reservation_wakes_the_decode_worker_it_held_room_on() -> None:
+    # SGLang reserves the destination first. Request 3 is retracted on decode worker 1
+    # for room that reservations 7 and 101 hold; both are then rejected (their prompts
+    # never fit the one-block prefill pool). Cancelling them must wake worker 1, or
+    # request 3 stays waiting until the replay ends (found by the property test above).
+    from servesim.engines.kernel.requests import RequestSpec
+    from servesim.engines.kernel.tokens import Segment
+    from servesim.payload import TimingArgs
+
+    def role(worker_type: str, replicas: int, sequences: int, blocks: int,
+             prefill_ms: float) -> RoleArgs:
+        return RoleArgs(worker_type=worker_type,  # type: ignore[arg-type]
+                        backend="sglang", model="m", hardware="h", replicas=replicas,
+                        max_batched_tokens=19, max_sequences=sequences,
+                        enable_chunked_prefill=False, block_size=2, prefix_caching=False,
+                        kv_bytes_per_token=1, num_gpu_blocks=blocks,
+                        timing=TimingArgs(type="fixed", prefill_ms=prefill_ms, decode_ms=0.0))
+
+    def spec(rid: int, lengths: list[tuple[int, int]], output: int) -> RequestSpec:
+        prompt = tuple(Segment(key=k, length=n, repeat=False, offset=0) for k, n in lengths)
+        return RequestSpec(request_id=rid, arrival_ms=0.0, prompt=prompt,
+                           input_length=sum(n for _, n in lengths), output_length=output)
+
+    specs = [spec(0, [(0, 1)], 0), spec(1, [(0, 1), (0, 1)], 0), spec(2, [(0, 1)], 0),
+             spec(3, [(0, 1)], 3), spec(4, [(0, 1)], 0), spec(5, [(0, 1)], 0),
+             spec(6, [(0, 1)], 0), spec(7, [(0, 3)], 0)]
+    followups = {1: [spec(101, [(0, 1), (0, 1), (3, 1)], 0)],
+                 3: [spec(103, [(0, 1), (-4, 3), (3, 1)], 0)],
+                 4: [spec(104, [(0, 1), (3, 1)], 0)], 5: [spec(105, [(0, 1), (3, 1)], 0)]}
+    workload = ListWorkload(specs=specs, followups=followups)
+    prefill, decode = role("prefill", 1, 1, 1, 2.0), role("decode", 2, 3, 4, 0.0)
+    records: dict[int, RequestRecord] = {}
+    stats = DisaggReplay(prefill, decode, None, fresh(workload), sink_once(records)).run()
+    check_records(records, workload, prefill, decode)
+    assert records[3].status == "completed" and len(records[3].token_times) == 3
+    assert stats.incomplete == 0

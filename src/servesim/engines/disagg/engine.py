@@ -416,6 +416,10 @@ class DisaggReplay(PassReplay[PoolWorker]):
             # destination-first: the prefill side rejected a request reserved downstream
             rank.cancel_destination(flight.dest)
             self.retry[rank] = None
+            # the freed blocks may let its waiting requests run: a worker that found no
+            # room sleeps until something marks it dirty
+            assert flight.decode_worker is not None
+            self.dirty[flight.decode_worker] = None
         self._end_flight(flight, "rejected", time_ms)
 
     def _end_flight(self, flight: Flight, status: TerminalStatus, time_ms: float) -> None:
