@@ -142,6 +142,13 @@ def _is_scalar_union(tp: Any) -> bool:
     return len(members) > 1 and all(m in (int, float) or get_origin(m) is Literal for m in members)
 
 
+def _is_number_or_table(tp: Any) -> bool:
+    """``float | dict[str, float]`` (an SLA bound: a number or a table of numbers)."""
+    members = _union_members(tp) if _is_union(tp) else []
+    return len(members) == 2 and float in members and any(
+        get_origin(m) is dict for m in members)
+
+
 def make_converter() -> cattrs.Converter:
     conv = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
     conv.register_structure_hook(int, _int)
@@ -171,6 +178,17 @@ def make_converter() -> cattrs.Converter:
         return out
 
     conv.register_structure_hook_func(lambda t: t is dict or get_origin(t) is dict, dict_hook)
+
+    def number_or_table(value: Any, tp: Any) -> Any:
+        if isinstance(value, dict):
+            table = next(m for m in _union_members(tp) if get_origin(m) is dict)
+            return dict_hook(value, table)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise _TypeMismatch("expected a number or a table such as { p99 = 1000 }, got "
+                                f"{_describe(value)}")
+        return _float(value)
+
+    conv.register_structure_hook_func(_is_number_or_table, number_or_table)
 
     def list_hook(value: Any, tp: Any) -> list[Any]:
         if not isinstance(value, list):

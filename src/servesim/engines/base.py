@@ -19,6 +19,7 @@ from servesim.engines.kernel.requests import RequestRecord, Workload
 from servesim.errors import Diagnostic
 from servesim.payload import Payload
 from servesim.rules import check_deployment
+from servesim.sla import check_sla
 
 
 @attrs.frozen
@@ -117,8 +118,7 @@ class Engine(abc.ABC):
         ``super().validate_payload(payload)``.
         """
         out = check_deployment(payload.mode, payload.roles, payload.kv_transfer)
-        if payload.sla is not None:
-            out.extend(check_limits(payload.sla, ("evaluation", "sla")))
+        out.extend(check_sla(payload.sla))
         if payload.mode not in self.MODES:
             out.append(Diagnostic(code="engine-mode", path=("engine", "mode"), stage="lower",
                                   message=f"engine {self.NAME!r} does not run {payload.mode} "

@@ -149,8 +149,8 @@ def write_replay_report(path: Path, report: Mapping[str, Any],
                         spans: Sequence[Span]) -> None:
     """The report of one replay: its report file and its per-request lines."""
     figures = replay_figures(spans)
-    keys = ("engine", "num_requests", "completed_requests", "output_throughput_tok_s",
-            "goodput_request_throughput_rps", "median_ttft_ms", "p99_ttft_ms",
+    keys = ("engine", "num_requests", "completed", "output_throughput",
+            "request_goodput", "median_ttft_ms", "p99_ttft_ms",
             "median_tpot_ms", "p99_tpot_ms", "servesim_version", "payload_sha256")
     summary = {k: report[k] for k in keys if k in report}
     write_atomic(path, page("servesim replay", figures, summary, "").encode())

@@ -2,7 +2,9 @@
 judged by (GPUs, goodput and throughput per GPU, cost).
 
 A metric is named as in the report (``p99_ttft_ms``) or as ``NAME.STAT``
-(``ttft_ms.p99``, ``tpot_ms.mean``), the way SLA constraints are written.
+(``ttft_ms.p99``, ``tpot_ms.mean``, ``e2el_ms."p99.9"`` or ``e2el_ms.p99.9``), the way SLA
+targets are written; ``e2e_ms`` is ``e2el_ms`` (the SLA key), and an earlier report name
+(``e2e_latency_ms.p99``, ``request_throughput_rps``) is today's.
 """
 
 from __future__ import annotations
@@ -12,18 +14,28 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from servesim.engines.kernel.metrics import DEPRECATED_NAMES
 from servesim.payload import Payload
 
-STATS = ("min", "max", "mean", "median", "std", "p75", "p90", "p95", "p99")
+STATS = ("min", "max", "mean", "median", "std", "p50", "p75", "p90", "p95", "p99", "p99.9")
+# a name as SLA targets write it -> the report's
+_NAMES = {"e2e_ms": "e2el_ms", "e2e_latency_ms": "e2el_ms"}
 # derived columns, in the order they are shown
 DERIVED = ("gpus", "goodput_rps_per_gpu", "output_tok_s_per_gpu", "usd_per_hour",
            "usd_per_million_output_tokens", "goodput_requests_per_usd")
 
 
 def column_name(metric: str) -> str:
-    """``ttft_ms.p99`` -> ``p99_ttft_ms``; a report or derived name is itself."""
-    name, dot, stat = metric.strip().rpartition(".")
-    return f"{stat}_{name}" if dot and stat in STATS else metric.strip()
+    """``ttft_ms.p99`` -> ``p99_ttft_ms``; a report or derived name is itself, an earlier
+    report name today's."""
+    text = metric.strip()
+    for stat in STATS:
+        for spelled in (f'."{stat}"', f".{stat}"):
+            if text.endswith(spelled) and len(text) > len(spelled):
+                name = text[:-len(spelled)]
+                prefix = "median" if stat == "p50" else stat
+                return f"{prefix}_{_NAMES.get(name, name)}"
+    return DEPRECATED_NAMES.get(text, text)
 
 
 def derived_columns(report: Mapping[str, Any], payload: Payload,
@@ -36,8 +48,8 @@ def derived_columns(report: Mapping[str, Any], payload: Payload,
     usd_per_hour = None if None in priced else sum(
         role.gpus * float(p or 0.0) for role, p in zip(payload.roles.values(), priced,
                                                         strict=True))
-    output_tok_s = float(report.get("output_throughput_tok_s") or 0.0)
-    goodput_rps = float(report.get("goodput_request_throughput_rps") or 0.0)
+    output_tok_s = float(report.get("output_throughput") or 0.0)
+    goodput_rps = float(report.get("request_goodput") or 0.0)
     return {
         "gpus": gpus,
         "goodput_rps_per_gpu": goodput_rps / gpus,

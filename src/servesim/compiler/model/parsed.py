@@ -47,6 +47,8 @@ def nonneg(hi: float = BIG) -> Any:
 
 Auto = Literal["auto"]
 Max = Literal["max"]
+# An SLA bound: a number (per request) or a table of targets ({ p99 = 1000 })
+SlaValue = float | dict[str, float]
 QuantMode = Literal["auto", "bfloat16", "float16", "fp8", "fp8_block", "nvfp4", "int8", "float32"]
 
 
@@ -221,9 +223,17 @@ class Traffic:
 
 @attrs.frozen
 class Sla:
-    ttft_ms: float | None = limits(0.0, LATENCY_MS, lo_open=True)
-    itl_ms: float | None = limits(0.0, LATENCY_MS, lo_open=True)
-    e2e_ms: float | None = limits(0.0, LATENCY_MS, lo_open=True)
+    """Latency targets in ms: ttft_ms (time to first token), tpot_ms (each request's mean
+    token gap), itl_ms (the gaps between a request's emissions), e2e_ms. Each is a number
+    (a per-request bound: goodput counts the requests within every one) or a table of
+    targets on the run's distribution, such as { p99 = 1000 } (keys: per_request, mean,
+    median, p50, p75, p90, p95, p99, "p99.9", min, max). Deprecated: a number under
+    itl_ms still bounds each request's mean gap; rename it to tpot_ms."""
+
+    ttft_ms: SlaValue | None = limits(0.0, LATENCY_MS, lo_open=True)
+    tpot_ms: SlaValue | None = limits(0.0, LATENCY_MS, lo_open=True)
+    itl_ms: SlaValue | None = limits(0.0, LATENCY_MS, lo_open=True)
+    e2e_ms: SlaValue | None = limits(0.0, LATENCY_MS, lo_open=True)
 
 
 @attrs.frozen

@@ -26,6 +26,7 @@ from servesim.compiler.model.parsed import (
     Engine,
     KvCache,
     ParsedConfig,
+    Sla,
     Traffic,
     Worker,
 )
@@ -66,10 +67,17 @@ def check_shape(cfg: ParsedConfig) -> Iterator[Diagnostic]:
     yield from _traffic(cfg.traffic)
     sla = cfg.evaluation.sla if cfg.evaluation else None
     yield from check_prices(cfg.evaluation.gpu_hour_usd if cfg.evaluation else None)
-    if sla is not None and sla.e2e_ms is not None and (sla.ttft_ms is not None
-                                                       or sla.itl_ms is not None):
-        yield _d("sla-exclusive", ("evaluation", "sla", "e2e_ms"),
-                 "e2e_ms is mutually exclusive with ttft_ms and itl_ms")
+    if sla is not None:
+        yield from _sla(sla)
+
+
+def _sla(sla: Sla) -> Iterator[Diagnostic]:
+    for f in attrs.fields(Sla):
+        if getattr(sla, f.name) == {}:
+            yield _d("sla-empty", ("evaluation", "sla", f.name),
+                     "an empty table sets no target",
+                     f"write a number (a per-request bound) or targets such as "
+                     f"{f.name} = {{ p99 = 1000 }}")
 
 
 def _engine(e: Engine) -> Iterator[Diagnostic]:

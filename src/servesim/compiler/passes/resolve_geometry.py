@@ -33,6 +33,7 @@ from servesim.compiler.model.parsed import (
     ParsedConfig,
     Scheduler,
     Session,
+    Sla,
     Source,
     Stop,
     Timing,
@@ -48,10 +49,12 @@ from servesim.payload import (
     Placement,
     RoleArgs,
     SlaArgs,
+    SlaTarget,
     SpeculationArgs,
     StateCacheArgs,
     TimingArgs,
 )
+from servesim.sla import METRICS, PER_REQUEST
 
 T = TypeVar("T")
 
@@ -125,15 +128,29 @@ def resolve_geometry(cfg: ParsedConfig, ctx: CompileContext) -> ResolvedConfig:
             metadata[name] = meta
     kv_transfer = _kv_transfer(rec, e, roles) if mode == "disaggregated" else None
     workload = _workload(rec, cfg.traffic, ctx.base_dir)
-    sla = None
-    if cfg.evaluation is not None and cfg.evaluation.sla is not None:
-        s = cfg.evaluation.sla
-        sla = SlaArgs(ttft_ms=s.ttft_ms, itl_ms=s.itl_ms, e2e_ms=s.e2e_ms)
+    sla = _sla(cfg.evaluation.sla) if cfg.evaluation is not None else None
     if rec.diagnostics:
         raise CompileError(rec.diagnostics)
     return ResolvedConfig(parsed=cfg, engine=engine, engine_options=engine_options,
                           mode=mode, roles=roles, workload=workload, kv_transfer=kv_transfer,
                           sla=sla, provenance=rec.provenance, metadata=metadata)
+
+
+def _sla(s: Sla | None) -> SlaArgs | None:
+    """``[evaluation.sla]``: a number is a per-request bound, a table's entries are
+    targets; a number under ``itl_ms`` keeps its first meaning (each request's mean gap)
+    in the payload's ``itl_ms`` (see :mod:`servesim.sla`)."""
+    if s is None:
+        return None
+    targets: list[SlaTarget] = []
+    for metric in METRICS:
+        value = getattr(s, metric)
+        if isinstance(value, dict):
+            targets += [SlaTarget(metric, stat, bound) for stat, bound in value.items()]
+        elif value is not None and metric != "itl_ms":
+            targets.append(SlaTarget(metric, PER_REQUEST, value))
+    legacy = s.itl_ms if not isinstance(s.itl_ms, dict) else None
+    return SlaArgs(itl_ms=legacy, targets=tuple(targets))
 
 
 def _load_model(name: str, base_dir: PathLike | None) -> catalog.ModelInfo:
