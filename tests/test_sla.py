@@ -16,26 +16,11 @@ from servesim.payload import SlaArgs, SlaTarget, load_payload, payload_to_dict
 from servesim.plugins.manager import DISABLE_AUTOLOAD_ENV, EngineRegistry, get_plugin_manager
 from servesim.replay import replay_payload
 from servesim.sla import check_sla, sla_deprecations
+from servesim.testing import small_config
 
 REGISTRY = EngineRegistry.collect(get_plugin_manager(load_entrypoints=False))
-HEAD = """\
-[engine]
-model = "Qwen/Qwen3-32B"
-hardware = "h200_sxm"
-[engine.workers.aggregated.timing]
-type = "fixed"
-prefill_ms = 10.0
-decode_ms = 5.0
-[traffic.source]
-type = "synthetic"
-input_tokens = 16
-output_tokens = 4
-[traffic.load]
-type = "concurrency"
-concurrency = 1
-[traffic.stop]
-requests = 3
-"""
+HEAD = small_config(requests=3, input_tokens=16, output_tokens=4, concurrency=1,
+                    prefill_ms=10.0, decode_ms=5.0)
 
 
 def compiled(sla: str) -> SlaArgs | None:
@@ -177,3 +162,12 @@ def test_validate_and_replay_warn_about_the_deprecated_itl_ms(
         assert err.startswith("warning: evaluation.sla.itl_ms: itl_ms = 50 bounds each "
                               "request's mean token gap")
         assert "hint: rename it to tpot_ms = 50" in err
+
+
+def test_inspect_shows_each_target(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    Path("c.toml").write_text(HEAD + "[evaluation.sla]\nitl_ms = 50\n"
+                              "e2e_ms = { p99 = 900 }\n", encoding="utf-8")
+    assert main(["inspect", "c.toml"]) == 0
+    out = capsys.readouterr().out
+    assert "itl_ms (deprecated: each request's mean gap, as tpot_ms) = 50.0  (authored)" in out
+    assert "e2e_ms.p99 = 900.0  (authored)" in out

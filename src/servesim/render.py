@@ -94,9 +94,12 @@ def resolved_tree(cfg: ResolvedConfig) -> Tree:
             _leaf(sub, key, value, prov.get(f"traffic.{section}.{key}"))
     if cfg.sla is not None:
         sla = root.add(Text("evaluation.sla", style="bold"))
-        for f in attrs.fields(type(cfg.sla)):
-            if getattr(cfg.sla, f.name) is not None:
-                _leaf(sla, f.name, getattr(cfg.sla, f.name), Provenance("authored"))
+        if cfg.sla.itl_ms is not None:
+            _leaf(sla, "itl_ms (deprecated: each request's mean gap, as tpot_ms)",
+                  cfg.sla.itl_ms, Provenance("authored"))
+        for t in cfg.sla.targets:
+            key = t.metric if t.stat == "per_request" else f"{t.metric}.{t.stat}"
+            _leaf(sla, key, t.bound, Provenance("authored"))
     return root
 
 

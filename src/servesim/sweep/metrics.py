@@ -2,8 +2,8 @@
 judged by (GPUs, goodput and throughput per GPU, cost).
 
 A metric is named as in the report (``p99_ttft_ms``) or as ``NAME.STAT``
-(``ttft_ms.p99``, ``tpot_ms.mean``, ``e2el_ms."p99.9"`` or ``e2el_ms.p99.9``), the way SLA
-targets are written; ``e2e_ms`` is ``e2el_ms`` (the SLA key), and an earlier report name
+(``ttft_ms.p99``, ``tpot_ms.mean``, ``e2el_ms.p99.9``), the way SLA targets are written;
+``e2e_ms`` (the SLA key) is ``e2el_ms``, and an earlier report name
 (``e2e_latency_ms.p99``, ``request_throughput_rps``) is today's.
 """
 
@@ -30,11 +30,10 @@ def column_name(metric: str) -> str:
     report name today's."""
     text = metric.strip()
     for stat in STATS:
-        for spelled in (f'."{stat}"', f".{stat}"):
-            if text.endswith(spelled) and len(text) > len(spelled):
-                name = text[:-len(spelled)]
-                prefix = "median" if stat == "p50" else stat
-                return f"{prefix}_{_NAMES.get(name, name)}"
+        name, dot, rest = text.partition(f".{stat}")
+        if dot and not rest and name:
+            prefix = "median" if stat == "p50" else stat
+            return f"{prefix}_{_NAMES.get(name, name)}"
     return DEPRECATED_NAMES.get(text, text)
 
 
