@@ -6,7 +6,7 @@ throughput per user (1000 / median TPOT), every valid point behind it, the laten
 percentiles of each point, and the table of points. For one replay (its report and the
 per-request lines of ``--requests-out``): output throughput, queued and running requests
 and the tokens the running requests hold in KV cache over virtual time, and the TTFT and
-ITL distributions.
+per-request TPOT distributions.
 """
 
 from __future__ import annotations
@@ -90,13 +90,13 @@ def replay_figures(spans: Sequence[Span]) -> list[Any]:
     dist = go.Figure()
     for name, values, axis in (
             ("TTFT ms", [s.ttft for s in spans if s.ttft is not None], ""),
-            ("ITL ms (per-request mean)", [s.itl for s in spans if s.itl is not None], "2")):
+            ("TPOT ms", [s.tpot for s in spans if s.tpot is not None], "2")):
         centres, counts, width = histogram(values)
         dist.add_bar(x=centres, y=counts, width=width, name=name, xaxis=f"x{axis}",
                      yaxis=f"y{axis}")
     dist.update_layout(title="Latency distributions (requests per bin)",
                        xaxis={"domain": [0, 0.45], "title": "TTFT ms"},
-                       xaxis2={"domain": [0.55, 1], "title": "ITL ms"},
+                       xaxis2={"domain": [0.55, 1], "title": "TPOT ms"},
                        yaxis2={"anchor": "x2"})
     return [fig, dist]
 
