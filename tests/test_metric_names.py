@@ -30,7 +30,7 @@ VLLM_KEYS = ("completed", "failed", "total_input_tokens", "total_output_tokens",
     ("e2el_ms.mean", "mean_e2el_ms"), ("e2e_latency_ms.p90", "p90_e2el_ms"),
     ("p99_e2e_latency_ms", "p99_e2el_ms"), ("request_throughput_rps", "request_throughput"),
     ("goodput_request_throughput_rps", "request_goodput"), ("request_goodput", "request_goodput"),
-    ("goodput_rps_per_gpu", "goodput_rps_per_gpu"),
+    ("goodput_rps_per_gpu", "goodput_rps_per_gpu"), ("sla_targets_missed", "sla_targets_missed"),
 ])
 def test_metrics_are_read_by_todays_name_and_the_earlier_ones(metric: str, column: str) -> None:
     assert column_name(metric) == column

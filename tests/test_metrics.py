@@ -65,7 +65,7 @@ def expected_keys(goodput: bool) -> list[str]:
              "committed_prefill_tokens", "gpu_hours"]
     if goodput:
         keys += ["good_request_count", "request_goodput", "goodput_output_throughput_tok_s",
-                 "sla_verdicts"]
+                 "sla_verdicts", "sla_targets_missed"]
     keys += [old for old, new in DEPRECATED_NAMES.items() if new in keys]
     return keys
 
@@ -124,9 +124,11 @@ def test_verdicts_per_request_and_on_the_run() -> None:
         {"metric": "tpot_ms", "stat": "p99", "target": 5.0, "value": 30.0, "met": False},
     ]
     assert out["good_request_count"] == 2
+    assert out["sla_targets_missed"] == 3
     # no samples: a target on the run is neither met nor missed
     one = report([rec(0.0, [5.0])], SlaArgs(targets=(SlaTarget("itl_ms", "p99", 1.0),)))
     assert one["sla_verdicts"][0]["met"] is None and "good_request_count" not in one
+    assert one["sla_targets_missed"] == 1  # not shown to be met
 
 
 def test_legacy_itl_ms_verdict_names_what_it_checks() -> None:

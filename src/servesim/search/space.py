@@ -47,7 +47,8 @@ LATENCIES = ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms", "ttst_ms",
              "output_token_throughput_per_user")
 SCALARS = ("output_throughput", "input_throughput", "total_token_throughput",
            "request_throughput", "request_goodput", "goodput_output_throughput_tok_s",
-           "good_request_count", "completed", "failed", "rejected_requests",
+           "good_request_count", "sla_targets_missed", "completed", "failed",
+           "rejected_requests",
            "incomplete_requests", "gpu_hours", "duration", "duration_ms",
            "prefix_cache_reused_ratio", "max_load", "max_load_per_gpu")
 METRICS = frozenset((*DERIVED, *SCALARS, *(f"{s}_{m}" for s in STATS for m in LATENCIES)))

@@ -430,7 +430,10 @@ class MetricsCollector:
             out["request_goodput"] = rate(self.goodput_completed)
             out["goodput_output_throughput_tok_s"] = rate(self.goodput_output_tokens)
         if self._targets:
-            out["sla_verdicts"] = self._bounds.verdicts() + run_verdicts(self._targets, out)
+            verdicts = self._bounds.verdicts() + run_verdicts(self._targets, out)
+            out["sla_verdicts"] = verdicts
+            # a column sweeps and searches can bound: sla_targets_missed <= 0
+            out["sla_targets_missed"] = sum(v["met"] is not True for v in verdicts)
         for old, new in DEPRECATED_NAMES.items():
             if new in out:
                 out[old] = out[new]
