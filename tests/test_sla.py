@@ -156,7 +156,8 @@ def test_the_replay_prints_and_reports_a_verdict_per_target(
 def test_validate_and_replay_warn_about_the_deprecated_itl_ms(
         workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     Path("c.toml").write_text(HEAD + "[evaluation.sla]\nitl_ms = 50\n", encoding="utf-8")
-    for argv in (["validate", "c.toml"], ["replay", "c.toml", "--quiet"]):
+    for argv in (["validate", "c.toml"], ["replay", "c.toml", "--quiet"],
+                 ["compile", "c.toml", "-o", "p.json"]):
         assert main(argv) == 0
         err = capsys.readouterr().err
         assert err.startswith("warning: evaluation.sla.itl_ms: itl_ms = 50 bounds each "
