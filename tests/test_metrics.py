@@ -10,18 +10,27 @@ from typing import Any
 import pytest
 
 from servesim.engines.kernel.metrics import (
+    DEPRECATED_NAMES,
     LATENCIES,
     MetricsCollector,
     distribution,
-    meets_sla,
     percentile,
     request_record_json,
     write_request_records,
 )
 from servesim.engines.kernel.requests import RequestRecord, TerminalStatus
-from servesim.payload import SlaArgs
+from servesim.payload import SlaArgs, SlaTarget
 
-STATS = ("mean", "min", "max", "median", "p75", "p90", "p95", "p99", "std")
+STATS = ("mean", "min", "max", "median", "p75", "p90", "p95", "p99", "p99.9", "std")
+
+
+def per_request(**bounds: float) -> SlaArgs:
+    return SlaArgs(targets=tuple(SlaTarget(m, "per_request", b)  # type: ignore[arg-type]
+                                 for m, b in bounds.items()))
+
+
+def good(record: RequestRecord, sla: SlaArgs) -> bool:
+    return report([record], sla)["good_request_count"] == 1
 
 
 def rec(arrival: float, times: list[float], *, status: TerminalStatus = "completed",
@@ -44,45 +53,96 @@ def report(records: list[RequestRecord], sla: SlaArgs | None = None,
 
 
 def expected_keys(goodput: bool) -> list[str]:
-    keys = ["num_requests", "completed_requests", "rejected_requests", "incomplete_requests",
-            "total_input_tokens", "total_output_tokens", "duration_ms", "wall_time_ms",
-            "request_throughput_rps", "input_throughput_tok_s", "output_throughput_tok_s",
-            "total_throughput_tok_s"]
+    keys = ["num_requests", "completed", "failed", "rejected_requests",
+            "incomplete_requests", "total_input_tokens", "total_output_tokens", "duration",
+            "duration_ms", "wall_time_ms", "request_throughput", "input_throughput",
+            "output_throughput", "total_token_throughput"]
     for name in LATENCIES:
         keys += [f"{s}_{name}_ms" for s in STATS]
     keys += [f"{s}_output_token_throughput_per_user" for s in STATS]
-    keys += ["num_ttft_samples", "num_tpot_samples", "num_e2e_latency_samples",
-             "prefix_cache_reused_ratio", "first_admission_prefix_cache_reused_ratio",
+    keys += [f"num_{name}_samples" for name in LATENCIES]
+    keys += ["prefix_cache_reused_ratio", "first_admission_prefix_cache_reused_ratio",
              "committed_prefill_tokens", "gpu_hours"]
     if goodput:
-        keys += ["goodput_completed_requests", "goodput_request_throughput_rps",
-                 "goodput_output_throughput_tok_s"]
+        keys += ["good_request_count", "request_goodput", "goodput_output_throughput_tok_s",
+                 "sla_verdicts", "sla_targets_missed"]
+    keys += [old for old, new in DEPRECATED_NAMES.items() if new in keys]
     return keys
 
 
 # -- spec §9 cases 49-51 ---------------------------------------------------------------------
 
 
-def test_case_49_goodput_bounds_are_inclusive_and_itl_is_skipped_for_one_token() -> None:
-    sla = SlaArgs(ttft_ms=500.0, itl_ms=50.0)
+@pytest.mark.parametrize("sla", [
+    SlaArgs(ttft_ms=500.0, itl_ms=50.0),  # the first fields: itl_ms is the mean gap
+    per_request(ttft_ms=500.0, tpot_ms=50.0),
+], ids=["first-fields", "targets"])
+def test_case_49_goodput_bounds_are_inclusive_and_tpot_is_skipped_for_one_token(
+        sla: SlaArgs) -> None:
     one_token = rec(0.0, [500.0])
-    three_tokens = rec(0.0, [500.0, 550.0, 600.0])  # e2e 600 -> avg ITL (600-500)/2 = 50
-    assert meets_sla(one_token, sla)
-    assert meets_sla(three_tokens, sla)
-    assert not meets_sla(rec(0.0, [500.0, 550.0, 601.0]), sla)
-    assert not meets_sla(rec(0.0, [500.5]), sla)
+    three_tokens = rec(0.0, [500.0, 550.0, 600.0])  # e2e 600 -> mean gap (600-500)/2 = 50
+    assert good(one_token, sla)
+    assert good(three_tokens, sla)
+    assert good(rec(0.0, [500.0, 590.0, 600.0]), sla)  # a 90 ms gap, mean 50: TPOT holds
+    assert not good(rec(0.0, [500.0, 550.0, 601.0]), sla)
+    assert not good(rec(0.0, [500.5]), sla)
     out = report([one_token, three_tokens, rec(0.0, [501.0])], sla)
-    assert out["goodput_completed_requests"] == 2
-    assert out["goodput_request_throughput_rps"] == 2 / 0.6
+    assert out["good_request_count"] == out["goodput_completed_requests"] == 2
+    assert out["request_goodput"] == out["goodput_request_throughput_rps"] == 2 / 0.6
     assert out["goodput_output_throughput_tok_s"] == 4 / 0.6
     assert list(out) == expected_keys(goodput=True)
 
 
+def test_itl_bound_checks_every_gap_between_emissions() -> None:
+    sla = per_request(itl_ms=50.0)
+    assert not good(rec(0.0, [500.0, 590.0, 600.0]), sla)  # mean 50, one gap of 90
+    assert good(rec(0.0, [500.0, 550.0, 550.0, 600.0]), sla)  # a burst: gaps 50 and 50
+    assert good(rec(0.0, [500.0, 500.0]), sla)  # one emission: no gap to check
+    assert good(rec(0.0, [500.0]), sla)
+
+
 def test_e2e_sla() -> None:
-    sla = SlaArgs(e2e_ms=100.0)
-    assert meets_sla(rec(0.0, [40.0, 100.0]), sla)
-    assert not meets_sla(rec(0.0, [40.0, 100.5]), sla)
-    assert meets_sla(rec(10.0, [], terminal=110.0), sla)  # no token: e2e to terminal time
+    sla = per_request(e2e_ms=100.0)
+    assert good(rec(0.0, [40.0, 100.0]), sla)
+    assert not good(rec(0.0, [40.0, 100.5]), sla)
+    assert good(rec(10.0, [], terminal=110.0), sla)  # no token: e2e to terminal time
+
+
+def test_verdicts_per_request_and_on_the_run() -> None:
+    sla = SlaArgs(targets=(SlaTarget("ttft_ms", "per_request", 100.0),
+                           SlaTarget("ttft_ms", "p50", 60.0),
+                           SlaTarget("itl_ms", "max", 20.0),
+                           SlaTarget("tpot_ms", "p99", 5.0)))
+    records = [rec(0.0, [50.0, 60.0], request_id=0), rec(0.0, [150.0, 160.0], request_id=1),
+               rec(0.0, [40.0, 70.0], request_id=2)]
+    out = report(records, sla)
+    assert out["sla_verdicts"] == [
+        {"metric": "ttft_ms", "stat": "per_request", "target": 100.0, "value": 150.0,
+         "met": False, "attainment": 2 / 3},
+        {"metric": "ttft_ms", "stat": "p50", "target": 60.0, "value": 50.0, "met": True},
+        {"metric": "itl_ms", "stat": "max", "target": 20.0, "value": 30.0, "met": False},
+        {"metric": "tpot_ms", "stat": "p99", "target": 5.0, "value": 30.0, "met": False},
+    ]
+    assert out["good_request_count"] == 2
+    assert out["sla_targets_missed"] == 3
+    # no samples: a target on the run is neither met nor missed
+    one = report([rec(0.0, [5.0])], SlaArgs(targets=(SlaTarget("itl_ms", "p99", 1.0),)))
+    assert one["sla_verdicts"][0]["met"] is None and "good_request_count" not in one
+    assert one["sla_targets_missed"] == 1  # not shown to be met
+
+
+def test_legacy_itl_ms_verdict_names_what_it_checks() -> None:
+    out = report([rec(0.0, [10.0, 30.0])], SlaArgs(itl_ms=25.0))
+    assert out["sla_verdicts"] == [{"metric": "tpot_ms", "stat": "per_request",
+                                    "target": 25.0, "value": 20.0, "met": True,
+                                    "attainment": 1.0}]
+
+
+def test_p99_9_is_reported() -> None:
+    records = [rec(0.0, [float(i + 1)], request_id=i) for i in range(2000)]
+    out = report(records)
+    assert out["p99.9_ttft_ms"] == 1998.0  # sample at rank round(1999 * 0.999) = 1997
+    assert out["p99_ttft_ms"] == 1980.0
 
 
 def test_case_50_tpot_is_per_request_and_itl_is_per_gap() -> None:
@@ -99,13 +159,16 @@ def test_case_51_throughput_and_gpu_hours() -> None:
     records = [rec(0.0, [float(t) for t in range(1, 101)], request_id=i, terminal=500.0 * i)
                for i in range(1, 5)]
     out = report(records, gpu_seconds=2 * 2.0)  # 2 GPUs for 2 s
-    assert out["completed_requests"] == 4
+    assert out["completed"] == 4
     assert out["total_output_tokens"] == 400
-    assert out["duration_ms"] == 2000.0
-    assert out["request_throughput_rps"] == 2.0
-    assert out["output_throughput_tok_s"] == 200.0
-    assert out["input_throughput_tok_s"] == 20.0
-    assert out["total_throughput_tok_s"] == 220.0
+    assert out["duration_ms"] == 2000.0 and out["duration"] == 2.0
+    assert out["request_throughput"] == 2.0
+    assert out["output_throughput"] == 200.0
+    assert out["input_throughput"] == 20.0
+    assert out["total_token_throughput"] == 220.0
+    for old, new in DEPRECATED_NAMES.items():  # the earlier names, for one release
+        if new in out:
+            assert out[old] == out[new]
     assert out["gpu_hours"] == 2 * 2 / 3600
     assert report(records, gpu_seconds={"prefill": 1.0, "decode": 3.0})["gpu_hours"] == 4 / 3600
 
@@ -127,7 +190,7 @@ def test_distribution_stats_and_population_std() -> None:
     d = distribution([4.0, 1.0, 3.0, 2.0], "x")
     assert d == {"mean_x_ms": 2.5, "min_x_ms": 1.0, "max_x_ms": 4.0, "median_x_ms": 3.0,
                  "p75_x_ms": 3.0, "p90_x_ms": 4.0, "p95_x_ms": 4.0, "p99_x_ms": 4.0,
-                 "std_x_ms": math.sqrt(1.25)}
+                 "p99.9_x_ms": 4.0, "std_x_ms": math.sqrt(1.25)}
     assert distribution([], "y", unit="") == {f"{s}_y": 0.0 for s in STATS}
 
 
@@ -143,15 +206,26 @@ def test_latency_samples() -> None:
     out = report([r])
     assert out["mean_ttft_ms"] == 30.0
     assert out["mean_ttst_ms"] == 10.0
-    assert out["mean_e2e_latency_ms"] == 60.0
+    assert out["mean_e2el_ms"] == out["mean_e2e_latency_ms"] == 60.0
     assert out["mean_tpot_ms"] == 10.0
-    assert out["min_itl_ms"] == 0.0  # zero gaps (speculative bursts) are ITL samples
-    # per-user throughput: 1000 / gap for positive gaps only (10 ms and 20 ms)
+    # gaps between emissions: the two tokens at 140 are one emission (10 and 20 ms gaps)
+    assert (out["min_itl_ms"], out["max_itl_ms"], out["mean_itl_ms"]) == (10.0, 20.0, 15.0)
     assert out["min_output_token_throughput_per_user"] == 50.0
     assert out["max_output_token_throughput_per_user"] == 100.0
     assert out["mean_output_token_throughput_per_user"] == 75.0
-    assert (out["num_ttft_samples"], out["num_tpot_samples"],
-            out["num_e2e_latency_samples"]) == (1, 1, 1)
+    assert (out["num_ttft_samples"], out["num_tpot_samples"], out["num_itl_samples"],
+            out["num_e2el_samples"]) == (1, 1, 2, 1)
+
+
+def test_speculative_bursts_are_one_emission() -> None:
+    # three passes, 20 ms apart, emitting 3, 1 and 2 tokens: two gaps of 20 ms
+    burst = rec(0.0, [50.0, 50.0, 50.0, 70.0, 90.0, 90.0])
+    out = report([burst])
+    assert out["median_itl_ms"] == 20.0 and out["num_itl_samples"] == 2
+    assert out["mean_ttst_ms"] == 20.0  # the second emission, not the second token
+    assert out["mean_tpot_ms"] == 8.0  # (90 - 50) / 5: TPOT divides by the tokens
+    single = report([rec(0.0, [50.0, 50.0])])  # every token in one emission
+    assert single["num_ttst_samples"] == 0 and single["num_itl_samples"] == 0
 
 
 def test_only_completed_requests_are_measured() -> None:
@@ -162,14 +236,14 @@ def test_only_completed_requests_are_measured() -> None:
         rec(0.0, [], request_id=3, input_length=4, terminal=30.0),  # zero-output, completed
     ]
     out = report(records)
-    assert (out["num_requests"], out["completed_requests"], out["rejected_requests"],
-            out["incomplete_requests"]) == (4, 2, 1, 1)
+    assert (out["num_requests"], out["completed"], out["rejected_requests"],
+            out["incomplete_requests"], out["failed"]) == (4, 2, 1, 1, 2)
     assert out["total_input_tokens"] == 9
     assert out["total_output_tokens"] == 2
     assert out["duration_ms"] == 30.0
     assert out["num_ttft_samples"] == 1
-    assert out["num_e2e_latency_samples"] == 2
-    assert out["max_e2e_latency_ms"] == 30.0
+    assert out["num_e2el_samples"] == 2
+    assert out["max_e2el_ms"] == 30.0
 
 
 def test_prefix_cache_ratios_and_committed_prefill_tokens() -> None:
@@ -221,8 +295,9 @@ def test_request_record_json_fields() -> None:
     assert line == {
         "request_id": 3, "session_id": "s", "turn_index": 1, "arrival_time_ms": 10.0,
         "first_admit_ms": 12.0, "terminal_time_ms": 45.0, "first_token_ms": 30.0,
-        "last_token_ms": 45.0, "ttft_ms": 20.0, "ttst_ms": 5.0, "e2e_latency_ms": 35.0,
-        "itl_ms": 7.5, "input_length": 100, "requested_output_length": 4, "output_length": 3,
+        "last_token_ms": 45.0, "ttft_ms": 20.0, "ttst_ms": 5.0, "e2el_ms": 35.0,
+        "e2e_latency_ms": 35.0, "tpot_ms": 7.5, "itl_ms": 7.5, "max_itl_ms": 10.0,
+        "input_length": 100, "requested_output_length": 4, "output_length": 3,
         "reused_input_tokens": 64, "first_admission_g1_reused_input_tokens": 32,
         "prefill_worker_idx": None, "decode_worker_idx": 0, "num_preemptions": 1,
         "terminal_status": "completed", "prefill_end_ms": None, "kv_transfer_start_ms": None,

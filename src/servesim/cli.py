@@ -279,6 +279,9 @@ def _compile(args: argparse.Namespace, registry: EngineRegistry, out: Console,
     data = artifact.to_data()  # the trace, tables and models it names, once resolved
     _not_an_input({"-o": args.output}, [args.config, *files_named(data)])
     if isinstance(artifact, Payload):
+        from servesim.sla import sla_deprecations
+
+        _warn(err, sla_deprecations(artifact.sla))
         relative_to = str(output.resolve().parent) if output else os.getcwd()
         text = dump_payload(artifact, relative_to=relative_to)
         if output:
@@ -305,10 +308,12 @@ def _compile(args: argparse.Namespace, registry: EngineRegistry, out: Console,
 def _validate(args: argparse.Namespace, registry: EngineRegistry, out: Console,
               err: Console) -> int:
     from servesim.replay import check_input_files
+    from servesim.sla import sla_deprecations
 
     try:
         payload = compile_source(config_source(args.config, args.set), registry=registry)
-        diags = check_input_files(payload, registry=registry)
+        diags = [*sla_deprecations(payload.sla),
+                 *check_input_files(payload, registry=registry)]
         if any(d.severity == "error" for d in diags):
             raise ServesimError(diags)
     except ServesimError as exc:
@@ -441,7 +446,13 @@ def load_input(path: str, registry: EngineRegistry,
 def _replay(args: argparse.Namespace, registry: EngineRegistry, out: Console,
             err: Console) -> int:
     from servesim.engines.kernel.audit import check_invariants
-    from servesim.render import report_summary, report_table, ttft_breakdown_table
+    from servesim.render import (
+        report_summary,
+        report_table,
+        sla_table,
+        speculation_table,
+        ttft_breakdown_table,
+    )
     from servesim.replay import replay_payload
 
     output = _output_path(args.output, "-o")
@@ -466,7 +477,7 @@ def _replay(args: argparse.Namespace, registry: EngineRegistry, out: Console,
         return EXIT_INTERRUPTED
     _warn(err, outcome.warnings)
     report = outcome.report
-    if report.get("num_requests", 0) and not report.get("completed_requests", 0):
+    if report.get("num_requests", 0) and not report.get("completed", 0):
         raise ReplayError([_nothing_completed(args.input, report)])
     text = json.dumps(report, indent=2, sort_keys=True) + "\n"
     if output:
@@ -480,9 +491,10 @@ def _replay(args: argparse.Namespace, registry: EngineRegistry, out: Console,
     else:
         out.print(report_summary(report, wall_time_ms=outcome.wall_time_ms))
         out.print(report_table(report))
-        breakdown = ttft_breakdown_table(report)
-        if breakdown is not None:
-            out.print(breakdown)
+        for extra in (ttft_breakdown_table(report), speculation_table(report),
+                      sla_table(report)):
+            if extra is not None:
+                out.print(extra)
         if args.output:
             err.print(f"wrote {shown(args.output)}")
     return EXIT_OK

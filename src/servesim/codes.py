@@ -234,8 +234,17 @@ TIMING_TABLE_RANGE = "timing-table-range"
 STOP_OVER_LIMIT = "stop-over-limit"
 """A derived stop count above the most a replay holds."""
 
-SLA_EXCLUSIVE = "sla-exclusive"
-"""SLA keys that cannot be combined."""
+SLA_EMPTY = "sla-empty"
+"""An SLA key set to an empty table (it sets no target)."""
+
+SLA_UNKNOWN_STAT = "sla-unknown-stat"
+"""An SLA table names a statistic the report does not have (the message lists them)."""
+
+SLA_DUPLICATE = "sla-duplicate"
+"""Two SLA entries bound the same statistic (e.g. tpot_ms and the deprecated itl_ms number)."""
+
+DEPRECATED_KEY = "deprecated-key"
+"""Warning: a key kept for one release with its old meaning; the hint names its replacement."""
 
 TRAFFIC_KEY = "traffic-key"
 """A traffic source key its source type does not accept."""

@@ -163,11 +163,34 @@ class KvTransferArgs:
     state_bytes: int = bounded(0, L.U64_MAX, default=0)
 
 
+SlaMetric = Literal["ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"]
+
+
+@attrs.frozen
+class SlaTarget:
+    """One SLA bound: ``metric`` (``ttft_ms``, ``tpot_ms``, ``itl_ms``, ``e2e_ms``) checked
+    ``per_request`` (every completed request, the goodput test) or as a statistic of the
+    run's distribution (``mean``, ``median``, ``p50`` ... ``p99.9``, ``max``)."""
+
+    metric: SlaMetric
+    stat: str
+    bound: float = bounded(0, L.LATENCY_MS, lo_open=True)
+
+
 @attrs.frozen
 class SlaArgs:
+    """The SLA of ``[evaluation.sla]``: every bound is in ``targets``.
+
+    ``ttft_ms``, ``itl_ms`` and ``e2e_ms`` are the payload's first per-request bounds,
+    read as before: ``itl_ms`` bounds each request's *mean* token gap, i.e. its TPOT
+    (deprecated; the compiler writes it only for the deprecated config spelling
+    ``itl_ms = N``). ``targets`` was added in v1 (additive).
+    """
+
     ttft_ms: float | None = bounded(0, L.LATENCY_MS, lo_open=True)
     itl_ms: float | None = bounded(0, L.LATENCY_MS, lo_open=True)
     e2e_ms: float | None = bounded(0, L.LATENCY_MS, lo_open=True)
+    targets: tuple[SlaTarget, ...] = ()
 
 
 @attrs.frozen

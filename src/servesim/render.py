@@ -99,9 +99,12 @@ def resolved_tree(cfg: ResolvedConfig) -> Tree:
             _leaf(prices, gpu, price.usd_per_hour, prov.get(f"evaluation.gpu_hour_usd.{gpu}"))
     if payload.sla is not None:
         sla = root.add(Text("evaluation.sla", style="bold"))
-        for f in attrs.fields(type(payload.sla)):
-            if getattr(payload.sla, f.name) is not None:
-                _leaf(sla, f.name, getattr(payload.sla, f.name), Provenance("authored"))
+        if payload.sla.itl_ms is not None:
+            _leaf(sla, "itl_ms (deprecated: each request's mean gap, as tpot_ms)",
+                  payload.sla.itl_ms, Provenance("authored"))
+        for t in payload.sla.targets:
+            key = t.metric if t.stat == "per_request" else f"{t.metric}.{t.stat}"
+            _leaf(sla, key, t.bound, Provenance("authored"))
     return root
 
 
@@ -138,16 +141,61 @@ def _attrs_tree(parent: Tree, key: str, value: Any, where: str,
 
 
 def report_table(report: Mapping[str, Any]) -> Table:
-    """The terminal summary of a replay report."""
+    """The terminal summary of a replay report: each latency by its report name."""
     table = Table(title="servesim replay", show_header=True, header_style="bold")
-    table.add_column("metric")
+    table.add_column("metric (ms)")
     for col in ("mean", "median", "p90", "p99", "max"):
         table.add_column(col, justify="right")
-    for name, label in (("ttft", "TTFT (ms)"), ("ttst", "TTST (ms)"), ("tpot", "TPOT (ms)"),
-                        ("itl", "ITL (ms)"), ("e2e_latency", "E2E (ms)")):
+    for name in ("ttft", "ttst", "tpot", "itl", "e2el"):
         row = [f"{report.get(f'{k}_{name}_ms', 0.0):.2f}"
                for k in ("mean", "median", "p90", "p99", "max")]
-        table.add_row(label, *row)
+        table.add_row(f"{name}_ms", *row)
+    return table
+
+
+def speculation_table(report: Mapping[str, Any]) -> Table | None:
+    """Speculative decoding's acceptance statistics, when the run had any."""
+    if "spec_decode_num_drafts" not in report:
+        return None
+    table = Table(title="speculative decoding", show_header=False, box=None)
+    table.add_column("key", style="bold")
+    table.add_column("value", justify="right")
+    rates = report["spec_decode_per_position_acceptance_rates"]
+    for key, value in (
+            ("spec_decode_acceptance_length", f"{report['spec_decode_acceptance_length']:.3f} "
+             "tokens per step"),
+            ("spec_decode_acceptance_rate", f"{report['spec_decode_acceptance_rate']:.1f} %"),
+            ("spec_decode_num_drafts", f"{report['spec_decode_num_drafts']} steps"),
+            ("spec_decode_accepted_tokens", f"{report['spec_decode_accepted_tokens']} of "
+             f"{report['spec_decode_draft_tokens']} drafted"),
+            ("spec_decode_per_position_acceptance_rates",
+             " ".join(f"{rate:.3f}" for rate in rates))):
+        table.add_row(key, value)
+    return table
+
+
+def sla_table(report: Mapping[str, Any]) -> Table | None:
+    """One line per SLA target of the report: met or missed, with the value."""
+    verdicts = report.get("sla_verdicts")
+    if not verdicts:
+        return None
+    table = Table(title="SLA", show_header=True, header_style="bold")
+    for col, justify in (("target", "left"), ("bound (ms)", "right"), ("value (ms)", "right"),
+                         ("verdict", "left")):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for v in verdicts:
+        per_request = v["stat"] == "per_request"
+        name = f"{v['metric']} per request" if per_request else f"{v['metric']} {v['stat']}"
+        value = "-" if v["value"] is None else f"{v['value']:.2f}"
+        if v["met"] is None:
+            verdict = Text("no samples", style="dim")
+        else:
+            verdict = Text("met" if v["met"] else "missed",
+                           style="green" if v["met"] else "bold red")
+        if per_request:
+            value += " worst" if v["value"] is not None else ""
+            verdict.append(f" ({100.0 * v['attainment']:.1f}% of requests within)")
+        table.add_row(shown(name), f"<= {v['target']:.2f}", value, verdict)
     return table
 
 
@@ -156,20 +204,20 @@ def report_summary(report: Mapping[str, Any], *, wall_time_ms: float | None = No
     table.add_column("key", style="bold")
     table.add_column("value", justify="right")
     rows = [
-        ("completed requests", f"{report.get('completed_requests', 0)} / "
-                               f"{report.get('num_requests', 0)}"),
-        ("duration (s)", f"{report.get('duration_ms', 0.0) / 1000:.2f}"),
-        ("request throughput (req/s)", f"{report.get('request_throughput_rps', 0.0):.3f}"),
-        ("output throughput (tok/s)", f"{report.get('output_throughput_tok_s', 0.0):.1f}"),
-        ("total throughput (tok/s)", f"{report.get('total_throughput_tok_s', 0.0):.1f}"),
-        ("prefix cache reused", f"{report.get('prefix_cache_reused_ratio', 0.0):.3f}"),
-        ("GPU hours", f"{report.get('gpu_hours', 0.0):.4f}"),
+        ("completed", f"{report.get('completed', 0)} / {report.get('num_requests', 0)}"),
+        ("duration", f"{report.get('duration_ms', 0.0) / 1000:.2f} s"),
+        ("request_throughput", f"{report.get('request_throughput', 0.0):.3f} req/s"),
+        ("output_throughput", f"{report.get('output_throughput', 0.0):.1f} tok/s"),
+        ("total_token_throughput", f"{report.get('total_token_throughput', 0.0):.1f} tok/s"),
+        ("prefix_cache_reused_ratio", f"{report.get('prefix_cache_reused_ratio', 0.0):.3f}"),
+        ("gpu_hours", f"{report.get('gpu_hours', 0.0):.4f}"),
     ]
     for status, why in (("rejected", REJECTED_WHY), ("incomplete", INCOMPLETE_WHY)):
         if report.get(f"{status}_requests", 0):
             rows.append((f"{status} requests", f"{report[f'{status}_requests']} ({why})"))
-    if "goodput_completed_requests" in report:
-        rows.append(("goodput (req/s)", f"{report['goodput_request_throughput_rps']:.3f}"))
+    if "request_goodput" in report:
+        rows.append(("request_goodput", f"{report['request_goodput']:.3f} req/s "
+                     f"({report['good_request_count']} good)"))
     rows += _handoff_rows(report) + _cost_rows(report)
     if wall_time_ms is not None:
         rows.append(("simulator wall time (ms)", f"{wall_time_ms:.0f}"))

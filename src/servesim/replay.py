@@ -31,6 +31,7 @@ from servesim.payload import Payload, map_paths, payload_to_dict
 from servesim.plugins import checked
 from servesim.plugins.manager import EngineRegistry
 from servesim.rules import prompt_over_budget
+from servesim.sla import sla_deprecations
 from servesim.sweep.pricing import cost_figures
 from servesim.timing.measured import measured_notes
 from servesim.timing.registry import make_timer, use_providers
@@ -163,6 +164,7 @@ def replay_payload(payload: Payload, *, registry: EngineRegistry | None = None,
         raise PayloadError(diags)
     with use_providers(registry.timing_providers), use_backends(registry.backends):
         timing_sources, warnings = measured_notes(payload.roles)
+    warnings = [*sla_deprecations(payload.sla), *warnings]
     collector = MetricsCollector(payload.sla)
     started = time.perf_counter()
     if workload is None:

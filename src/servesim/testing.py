@@ -18,7 +18,7 @@ entry-point autoloading off, so a test sees exactly the plugins it asks for::
 
     def test_replays(replay_toml):
         run = replay_toml(small_config(engine="my-engine", options={"x": 2}))
-        assert run.report["completed_requests"] == 20
+        assert run.report["completed"] == 20
 
 Fixtures: ``servesim_plugins``, ``plugin_manager``, ``engine_registry``,
 ``compile_toml``, ``replay_toml``, ``servesim_cli``. Helpers: :func:`small_config`,

@@ -764,12 +764,9 @@ TRACE = '[traffic.source]\ntype = "trace"\npaths = ["t.jsonl"]\n'
     ("[traffic.source]\ncached_prefix_tokens = 1025\n", [
         "traffic.source.cached_prefix_tokens: cached_prefix_tokens must be <= input_tokens "
         "(1024), got 1025 [traffic-value]"]),
-    ("[evaluation.sla]\ne2e_ms = 1.0\nttft_ms = 2.0\n", [
-        "evaluation.sla.e2e_ms: e2e_ms is mutually exclusive with ttft_ms and itl_ms "
-        "[sla-exclusive]"]),
 ], ids=["trace-poisson", "trace-request-stop", "two-traces", "synthetic-timestamps",
         "session-rate-unit", "missing-rate", "concurrency-speedup", "two-stops",
-        "synthetic-time-stop", "prefix-groups", "cached-prefix", "sla"])
+        "synthetic-time-stop", "prefix-groups", "cached-prefix"])
 def test_traffic_rules(traffic: str, expected: list[str]) -> None:
     assert errors(QWEN + AGG + traffic) == expected
 

@@ -56,3 +56,11 @@ def test_histogram_counts_every_value_once() -> None:
     assert sum(counts) == 4 and counts[0] == 1 and counts[-1] == 1 and width == 1.0
     assert centres[0] == 1.5
     assert histogram([]) == ([], [], 0.0)
+
+
+def test_a_span_reads_tpot_and_the_earlier_itl_name_of_a_request_line() -> None:
+    line = {"arrival_time_ms": 0.0, "terminal_time_ms": 9.0, "first_token_ms": 3.0,
+            "ttft_ms": 3.0, "output_length": 4}
+    assert Span.of({**line, "tpot_ms": 2.0, "itl_ms": 2.0}).tpot == 2.0
+    assert Span.of({**line, "itl_ms": 1.5}).tpot == 1.5  # a file written before tpot_ms
+    assert Span.of(line).tpot is None

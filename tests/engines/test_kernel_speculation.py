@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from servesim.engines.kernel.speculation import BurstSampler
+from servesim.engines.kernel.speculation import BurstSampler, acceptance_report
 
 
 def _stream(rates: list[float], seed: int, n: int = 200, offset: int = 0) -> list[int]:
@@ -43,3 +43,35 @@ def test_a_burst_never_exceeds_the_limit() -> None:
 def test_partial_acceptance_gives_every_burst_length() -> None:
     seen = set(_stream([0.5, 0.5], 3, n=500))
     assert seen == {1, 2, 3}
+
+
+# -- acceptance statistics ---------------------------------------------------------------------
+
+
+def test_acceptance_statistics_count_drafts_by_position() -> None:
+    sampler = BurstSampler([1.0, 0.0, 1.0], 1)
+    for limit in (9, 9, 2, 1):  # bursts 2, 2, 2 (one draft proposed), 1 (none proposed)
+        sampler.sample(limit)
+    assert acceptance_report([sampler, None]) == {
+        "spec_decode_num_drafts": 3,  # the last step proposed nothing: no verification
+        "spec_decode_draft_tokens": 7,  # 3 + 3 + 1
+        "spec_decode_accepted_tokens": 3,
+        "spec_decode_acceptance_rate": 100.0 * 3 / 7,
+        "spec_decode_acceptance_length": 2.0,
+        # position 0 accepted in every step that proposed it; 1 never; 2 never reached
+        "spec_decode_per_position_acceptance_rates": [1.0, 0.0, 0.0],
+    }
+    assert acceptance_report([None, None]) == {}
+
+
+def test_acceptance_statistics_approach_the_configured_rates() -> None:
+    rates = [0.8, 0.6, 0.4]
+    samplers = [BurstSampler(rates, 42, offset) for offset in range(4)]
+    for sampler in samplers:
+        for _ in range(20_000):
+            sampler.sample()
+    out = acceptance_report(samplers)
+    per_position = out["spec_decode_per_position_acceptance_rates"]
+    assert per_position == pytest.approx([0.8, 0.48, 0.192], abs=0.01)
+    assert out["spec_decode_acceptance_length"] == pytest.approx(2.472, abs=0.02)
+    assert out["spec_decode_num_drafts"] == 80_000

@@ -50,8 +50,8 @@ def _set(data: dict[str, Any], path: tuple[Any, ...], value: Any) -> None:
         data = data[key]
     if value is _DELETE:
         data.pop(path[-1], None)
-    else:
-        data[path[-1]] = value
+    else:  # a copy: the strategies share their [] and {} between examples
+        data[path[-1]] = copy.deepcopy(value)
 
 
 _DELETE = object()

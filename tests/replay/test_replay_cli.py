@@ -64,7 +64,7 @@ def test_replay_of_a_config_reports_every_request(tmp_path: Path,
     records = [json.loads(line) for line in requests_path.read_text().splitlines()]
     assert [r["output_length"] for r in records] == [3, 3]
     assert "wall_time_ms" not in report
-    assert "completed requests" in capsys.readouterr().out
+    assert "request_throughput" in capsys.readouterr().out
 
 
 def test_an_output_path_that_cannot_be_written_is_refused_before_the_replay(

@@ -114,8 +114,8 @@ def test_a_batch_runs_to_its_longest_output(tmp_path: Path,
     run = replay_toml(trace_config(tmp_path, [(0.0, 64, 2), (0.0, 64, 5)]))
     r = by_id(run)
     assert r[0]["ttft_ms"] == P and r[1]["ttft_ms"] == P
-    assert r[0]["e2e_latency_ms"] == P + D
-    assert r[1]["e2e_latency_ms"] == P + 4 * D
+    assert r[0]["e2el_ms"] == P + D
+    assert r[1]["e2el_ms"] == P + 4 * D
 
 
 def test_a_request_waits_for_the_running_batch(tmp_path: Path,
@@ -124,7 +124,7 @@ def test_a_request_waits_for_the_running_batch(tmp_path: Path,
     # prefilled when that batch ends at P + 9 D
     run = replay_toml(trace_config(tmp_path, [(0.0, 64, 10), (1.0, 64, 1)]))
     r = by_id(run)
-    assert r[0]["e2e_latency_ms"] == P + 9 * D
+    assert r[0]["e2el_ms"] == P + 9 * D
     assert r[1]["ttft_ms"] == (P + 9 * D) + P - 1.0
     assert run.report["static_batch"] == {"batches": 2, "mean_batch_size": 1.0}
 
@@ -163,8 +163,8 @@ def test_padding_makes_decode_steps_cost_the_whole_batch(
     padded = replay_toml(trace_config(tmp_path, rows, timing="linear"))
     unpadded = replay_toml(trace_config(tmp_path, rows, timing="linear",
                                         options={"pad_to_longest": False}))
-    assert by_id(padded)[2]["e2e_latency_ms"] > by_id(unpadded)[2]["e2e_latency_ms"]
-    assert by_id(padded)[0]["e2e_latency_ms"] == by_id(unpadded)[0]["e2e_latency_ms"]
+    assert by_id(padded)[2]["e2el_ms"] > by_id(unpadded)[2]["e2el_ms"]
+    assert by_id(padded)[0]["e2el_ms"] == by_id(unpadded)[0]["e2el_ms"]
 
 
 def test_a_request_that_can_never_fit_is_rejected(tmp_path: Path,
@@ -182,7 +182,7 @@ def test_static_batching_delays_first_tokens_compared_to_vllm(
     rows = [(5.0 * i, 256, 64) for i in range(40)]
     vllm = replay_toml(trace_config(tmp_path, rows, engine="vllm", timing="polynomial"))
     static = replay_toml(trace_config(tmp_path, rows, timing="polynomial"))
-    assert static.report["completed_requests"] == vllm.report["completed_requests"] == 40
+    assert static.report["completed"] == vllm.report["completed"] == 40
     assert (static.report["engine"], vllm.report["engine"]) == ("static-batch", "vllm")
     assert static.report["mean_ttft_ms"] > 2 * vllm.report["mean_ttft_ms"]
 
@@ -209,7 +209,7 @@ def test_the_example_configs_replay_from_the_cli(config: str, servesim_cli: Any)
     assert (result.code, result.err) == (0, "")
     report = json.loads(result.out)
     assert report["engine"] == "static-batch"
-    assert report["completed_requests"] == report["num_requests"] > 0
+    assert report["completed"] == report["num_requests"] > 0
 
 
 def test_the_cli_validates_and_shows_the_options(servesim_cli: Any) -> None:

@@ -15,11 +15,11 @@ from typing import Any, ClassVar
 import attrs
 
 from servesim import codes
-from servesim.converter import check_limits
 from servesim.engines.kernel.requests import RequestRecord, Workload
 from servesim.errors import Diagnostic
 from servesim.payload import Payload
 from servesim.rules import check_deployment
+from servesim.sla import check_sla
 from servesim.sweep.pricing import check_prices
 
 
@@ -109,8 +109,7 @@ class Engine(abc.ABC):
         ``super().validate_payload(payload)``.
         """
         out = check_deployment(payload.mode, payload.roles, payload.kv_transfer)
-        if payload.sla is not None:
-            out.extend(check_limits(payload.sla, ("evaluation", "sla")))
+        out.extend(check_sla(payload.sla))
         out.extend(check_prices(payload.gpu_hour_usd, payload.roles))
         if payload.mode not in self.MODES:
             out.append(Diagnostic(code=codes.ENGINE_MODE, path=("engine", "mode"), stage="lower",

@@ -34,7 +34,7 @@ class VllmEngine(Engine):
                                   bulk_decode=self.bulk_decode)
         seconds = stats.end_ms / 1000.0
         return ReplayResult(end_ms=stats.end_ms, gpu_seconds={"aggregated": seconds * role.gpus},
-                            passes=stats.passes)
+                            passes=stats.passes, extra=stats.speculation)
 
 
 class DisaggEngine(Engine):

@@ -6,7 +6,7 @@ throughput per user (1000 / median TPOT), every valid point behind it, the laten
 percentiles of each point, and the table of points. For one replay (its report and the
 per-request lines of ``--requests-out``): output throughput, queued and running requests
 and the tokens the running requests hold in KV cache over virtual time, and the TTFT and
-ITL distributions.
+per-request TPOT distributions.
 """
 
 from __future__ import annotations
@@ -90,13 +90,13 @@ def replay_figures(spans: Sequence[Span]) -> list[Any]:
     dist = go.Figure()
     for name, values, axis in (
             ("TTFT ms", [s.ttft for s in spans if s.ttft is not None], ""),
-            ("ITL ms (per-request mean)", [s.itl for s in spans if s.itl is not None], "2")):
+            ("TPOT ms", [s.tpot for s in spans if s.tpot is not None], "2")):
         centres, counts, width = histogram(values)
         dist.add_bar(x=centres, y=counts, width=width, name=name, xaxis=f"x{axis}",
                      yaxis=f"y{axis}")
     dist.update_layout(title="Latency distributions (requests per bin)",
                        xaxis={"domain": [0, 0.45], "title": "TTFT ms"},
-                       xaxis2={"domain": [0.55, 1], "title": "ITL ms"},
+                       xaxis2={"domain": [0.55, 1], "title": "TPOT ms"},
                        yaxis2={"anchor": "x2"})
     return [fig, dist]
 
@@ -149,8 +149,8 @@ def write_replay_report(path: Path, report: Mapping[str, Any],
                         spans: Sequence[Span]) -> None:
     """The report of one replay: its report file and its per-request lines."""
     figures = replay_figures(spans)
-    keys = ("engine", "num_requests", "completed_requests", "output_throughput_tok_s",
-            "goodput_request_throughput_rps", "median_ttft_ms", "p99_ttft_ms",
+    keys = ("engine", "num_requests", "completed", "output_throughput",
+            "request_goodput", "median_ttft_ms", "p99_ttft_ms",
             "median_tpot_ms", "p99_tpot_ms", "servesim_version", "payload_sha256")
     summary = {k: report[k] for k in keys if k in report}
     write_atomic(path, page("servesim replay", figures, summary, "").encode())

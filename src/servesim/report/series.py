@@ -35,7 +35,7 @@ class Span:
     prompt: int
     output: int
     ttft: float | None
-    itl: float | None
+    tpot: float | None  # the request's mean token gap
 
     @classmethod
     def of(cls, r: Mapping[str, Any]) -> Span:
@@ -47,7 +47,8 @@ class Span:
                    last=finite(r.get("last_token_ms")) or (first or end), end=end,
                    prompt=int(r.get("input_length") or 0),
                    output=int(r.get("output_length") or 0) if first is not None else 0,
-                   ttft=finite(r.get("ttft_ms")), itl=finite(r.get("itl_ms")))
+                   ttft=finite(r.get("ttft_ms")),
+                   tpot=finite(r.get("tpot_ms", r.get("itl_ms"))))  # itl_ms: earlier name
 
 
 def read_spans(path: str) -> list[Span]:

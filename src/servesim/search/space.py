@@ -44,13 +44,14 @@ from servesim.sweep.metrics import DERIVED, STATS, column_name
 SAMPLERS = ("auto", "tpe", "nsga2", "random", "grid")
 MAX_TRIALS = 100_000
 # every metric a row has: the report's, the derived ones, the load search's
-LATENCIES = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_latency_ms", "ttst_ms",
+LATENCIES = ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms", "ttst_ms",
              "output_token_throughput_per_user")
-SCALARS = ("output_throughput_tok_s", "input_throughput_tok_s", "total_throughput_tok_s",
-           "request_throughput_rps", "goodput_request_throughput_rps",
-           "goodput_output_throughput_tok_s", "goodput_completed_requests",
-           "completed_requests", "rejected_requests", "incomplete_requests", "gpu_hours",
-           "duration_ms", "prefix_cache_reused_ratio", "max_load", "max_load_per_gpu")
+SCALARS = ("output_throughput", "input_throughput", "total_token_throughput",
+           "request_throughput", "request_goodput", "goodput_output_throughput_tok_s",
+           "good_request_count", "sla_targets_missed", "completed", "failed",
+           "rejected_requests",
+           "incomplete_requests", "gpu_hours", "duration", "duration_ms",
+           "prefix_cache_reused_ratio", "max_load", "max_load_per_gpu")
 METRICS = frozenset((*DERIVED, *SCALARS, *(f"{s}_{m}" for s in STATS for m in LATENCIES)))
 
 
@@ -152,7 +153,7 @@ def _grid_trials(params: list[Parameter], trials: int | None, errors: _Errors) -
 def _check_metric(metric: str, where: str, errors: _Errors) -> None:
     if column_name(metric) not in METRICS:
         errors.add(where, f"unknown metric {metric!r}",
-                   "a report metric (ttft_ms.p99, output_throughput_tok_s) or a derived one ("
+                   "a report metric (ttft_ms.p99, output_throughput) or a derived one ("
                    + ", ".join(DERIVED) + ", max_load, max_load_per_gpu)")
 
 

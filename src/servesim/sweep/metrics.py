@@ -2,7 +2,9 @@
 judged by (GPUs, goodput and throughput per GPU, cost).
 
 A metric is named as in the report (``p99_ttft_ms``) or as ``NAME.STAT``
-(``ttft_ms.p99``, ``tpot_ms.mean``), the way SLA constraints are written.
+(``ttft_ms.p99``, ``tpot_ms.mean``, ``e2el_ms.p99.9``), the way SLA targets are written;
+``e2e_ms`` (the SLA key) is ``e2el_ms``, and an earlier report name
+(``e2e_latency_ms.p99``, ``request_throughput_rps``) is today's.
 """
 
 from __future__ import annotations
@@ -12,16 +14,26 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-STATS = ("min", "max", "mean", "median", "std", "p75", "p90", "p95", "p99")
+from servesim.engines.kernel.metrics import DEPRECATED_NAMES
+
+STATS = ("min", "max", "mean", "median", "std", "p50", "p75", "p90", "p95", "p99", "p99.9")
+# a name as SLA targets write it -> the report's
+_NAMES = {"e2e_ms": "e2el_ms", "e2e_latency_ms": "e2el_ms"}
 # derived columns, in the order they are shown
 DERIVED = ("gpus", "goodput_rps_per_gpu", "output_tok_s_per_gpu", "usd_per_hour",
            "usd_per_million_output_tokens", "goodput_requests_per_usd")
 
 
 def column_name(metric: str) -> str:
-    """``ttft_ms.p99`` -> ``p99_ttft_ms``; a report or derived name is itself."""
-    name, dot, stat = metric.strip().rpartition(".")
-    return f"{stat}_{name}" if dot and stat in STATS else metric.strip()
+    """``ttft_ms.p99`` -> ``p99_ttft_ms``; a report or derived name is itself, an earlier
+    report name today's."""
+    text = metric.strip()
+    for stat in STATS:
+        name, dot, rest = text.partition(f".{stat}")
+        if dot and not rest and name:
+            prefix = "median" if stat == "p50" else stat
+            return f"{prefix}_{_NAMES.get(name, name)}"
+    return DEPRECATED_NAMES.get(text, text)
 
 
 def derived_columns(report: Mapping[str, Any]) -> dict[str, Any]:
@@ -29,7 +41,7 @@ def derived_columns(report: Mapping[str, Any]) -> dict[str, Any]:
     cost_figures`), and goodput per GPU and good requests per dollar."""
     gpus = int(report.get("gpus") or 0)
     usd_per_hour = report.get("usd_per_hour")
-    goodput_rps = float(report.get("goodput_request_throughput_rps") or 0.0)
+    goodput_rps = float(report.get("request_goodput") or 0.0)
     return {
         "gpus": gpus,
         "goodput_rps_per_gpu": goodput_rps / gpus if gpus else 0.0,

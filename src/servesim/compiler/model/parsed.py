@@ -85,6 +85,8 @@ def default_of(cls: type, name: str) -> Any:
 
 Auto = Literal["auto"]
 Max = Literal["max"]
+# An SLA bound: a number (per request) or a table of targets ({ p99 = 1000 })
+SlaValue = float | dict[str, float]
 QuantMode = Literal["auto", "bfloat16", "float16", "fp8", "fp8_block", "nvfp4", "int8", "float32"]
 QUANT_EXAMPLES = ("fp8", "bfloat16")
 
@@ -451,14 +453,26 @@ class Traffic:
 
 @attrs.frozen
 class Sla:
-    """Latency targets; a request meeting every one counts towards goodput."""
+    """Latency targets in ms: ttft_ms (time to first token), tpot_ms (each request's mean
+    token gap), itl_ms (the gaps between a request's emissions), e2e_ms. Each is a number
+    (a per-request bound: goodput counts the requests within every one) or a table of
+    targets on the run's distribution, such as { p99 = 1000 } (keys: per_request, mean,
+    median, p50, p75, p90, p95, p99, "p99.9", min, max). Deprecated: a number under
+    itl_ms still bounds each request's mean gap; rename it to tpot_ms."""
 
-    ttft_ms: float | None = key("time to first token target", 0.0, LATENCY_MS, lo_open=True,
-                                examples=[1000.0])
-    itl_ms: float | None = key("inter-token latency target (each request's mean gap)", 0.0,
-                               LATENCY_MS, lo_open=True, examples=[50.0])
-    e2e_ms: float | None = key("end-to-end latency target (not with ttft_ms or itl_ms)", 0.0,
-                               LATENCY_MS, lo_open=True, examples=[20000.0])
+    ttft_ms: SlaValue | None = key(
+        "time to first token: a per-request bound, or targets such as { p99 = 1000 }", 0.0,
+        LATENCY_MS, lo_open=True, examples=[1000.0, {"p99": 2000.0}])
+    tpot_ms: SlaValue | None = key(
+        "each request's mean gap between tokens: a per-request bound, or targets", 0.0,
+        LATENCY_MS, lo_open=True, examples=[50.0, {"p90": 40.0}])
+    itl_ms: SlaValue | None = key(
+        "the gaps between a request's emissions: targets such as { p99 = 100 } (a bare "
+        "number is deprecated: it still bounds each request's mean gap, as tpot_ms)", 0.0,
+        LATENCY_MS, lo_open=True, examples=[{"p99": 100.0}])
+    e2e_ms: SlaValue | None = key(
+        "end-to-end latency: a per-request bound, or targets", 0.0, LATENCY_MS, lo_open=True,
+        examples=[20000.0, {"p99": 30000.0}])
 
 
 @attrs.frozen

@@ -28,6 +28,7 @@ from servesim.compiler.model.parsed import (
     KvCache,
     Load,
     ParsedConfig,
+    Sla,
     Source,
     Stop,
     Traffic,
@@ -68,10 +69,17 @@ def check_shape(cfg: ParsedConfig) -> Iterator[Diagnostic]:
     yield from _traffic(cfg.traffic)
     sla = cfg.evaluation.sla if cfg.evaluation else None
     yield from check_price_names(cfg.evaluation.gpu_hour_usd if cfg.evaluation else None)
-    if sla is not None and sla.e2e_ms is not None and (sla.ttft_ms is not None
-                                                       or sla.itl_ms is not None):
-        yield error(codes.SLA_EXCLUSIVE, ("evaluation", "sla", "e2e_ms"),
-                    "e2e_ms is mutually exclusive with ttft_ms and itl_ms")
+    if sla is not None:
+        yield from _sla(sla)
+
+
+def _sla(sla: Sla) -> Iterator[Diagnostic]:
+    for f in attrs.fields(Sla):
+        if getattr(sla, f.name) == {}:
+            yield error(codes.SLA_EMPTY, ("evaluation", "sla", f.name),
+                        "an empty table sets no target",
+                        f"write a number (a per-request bound) or targets such as "
+                        f"{f.name} = {{ p99 = 1000 }}")
 
 
 def _engine(e: Engine) -> Iterator[Diagnostic]:

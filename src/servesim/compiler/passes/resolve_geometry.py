@@ -34,6 +34,7 @@ from servesim.compiler.model.parsed import (
     ParsedConfig,
     Scheduler,
     Session,
+    Sla,
     Source,
     Speculation,
     Stop,
@@ -53,10 +54,12 @@ from servesim.payload import (
     Placement,
     RoleArgs,
     SlaArgs,
+    SlaTarget,
     SpeculationArgs,
     StateCacheArgs,
     TimingArgs,
 )
+from servesim.sla import METRICS, PER_REQUEST
 from servesim.sweep import pricing
 from servesim.version import __version__
 from servesim.workloads import lengths, spec
@@ -113,10 +116,7 @@ def resolve_geometry(cfg: ParsedConfig, ctx: CompileContext) -> ResolvedConfig:
                              resolve_timing_options(cfg, ctx))
     kv_transfer = _kv_transfer(rec, e, roles) if mode == "disaggregated" else None
     workload = _workload(rec, cfg.traffic, ctx.base_dir)
-    sla = None
-    if cfg.evaluation is not None and cfg.evaluation.sla is not None:
-        s = cfg.evaluation.sla
-        sla = SlaArgs(ttft_ms=s.ttft_ms, itl_ms=s.itl_ms, e2e_ms=s.e2e_ms)
+    sla = _sla(cfg.evaluation.sla) if cfg.evaluation is not None else None
     prices = _gpu_prices(rec, cfg.evaluation.gpu_hour_usd if cfg.evaluation else None, roles)
     if rec.diagnostics:
         raise CompileError(rec.diagnostics)
@@ -198,6 +198,23 @@ def _gpu_prices(rec: _Recorder, authored: pricing.Authored,
         else:
             rec.note(path, "defaulted", "the catalog's indicative price")
     return out
+
+
+def _sla(s: Sla | None) -> SlaArgs | None:
+    """``[evaluation.sla]``: a number is a per-request bound, a table's entries are
+    targets; a number under ``itl_ms`` keeps its first meaning (each request's mean gap)
+    in the payload's ``itl_ms`` (see :mod:`servesim.sla`)."""
+    if s is None:
+        return None
+    targets: list[SlaTarget] = []
+    for metric in METRICS:
+        value = getattr(s, metric)
+        if isinstance(value, dict):
+            targets += [SlaTarget(metric, stat, bound) for stat, bound in value.items()]
+        elif value is not None and metric != "itl_ms":
+            targets.append(SlaTarget(metric, PER_REQUEST, value))
+    legacy = s.itl_ms if not isinstance(s.itl_ms, dict) else None
+    return SlaArgs(itl_ms=legacy, targets=tuple(targets))
 
 
 def _load_model(name: str, base_dir: PathLike | None) -> catalog.ModelInfo:

@@ -83,6 +83,7 @@ class DisaggStats:
     transfer_ms: float  # sum of their durations
     prefill_busy_ms: tuple[float, ...]
     decode_busy_ms: tuple[float, ...]
+    speculation: dict[str, Any] = field(default_factory=dict)  # acceptance statistics
 
     @property
     def prefill_worker_seconds(self) -> float:
@@ -195,6 +196,7 @@ class DisaggReplay(PassReplay[PoolWorker]):
             transfer_ms=self.transfer_ms,
             prefill_busy_ms=tuple(w.busy_ms for w in self.prefill_workers),
             decode_busy_ms=tuple(w.busy_ms for w in self.decode_workers),
+            speculation=self.speculation_report(),
         )
 
     def _dispatch(self, item: Any) -> None:
@@ -486,5 +488,6 @@ def replay_payload_roles(payload: Payload, workload: Workload, sink: Sink, *,
         extra={"prefill_worker_seconds": p_s, "decode_worker_seconds": d_s,
                "kv_transfers": stats.transfers,
                "mean_kv_transfer_ms": (stats.transfer_ms / stats.transfers
-                                       if stats.transfers else 0.0)},
+                                       if stats.transfers else 0.0),
+               **stats.speculation},
     )

@@ -1,20 +1,31 @@
 """Serving metrics from request records: the flat report and per-request JSONL lines.
 
 Population: only ``completed`` requests contribute to token counts, latency samples,
-throughput and goodput; every record counts in ``num_requests``. Memory per finished
-request is O(1): per-request latencies are ``array('d')`` samples (8 bytes each), and ITL,
-one sample per token gap, is kept as exact ``value -> count`` multiplicities (gaps repeat:
-a pass's duration is the gap of every request in it), so its memory grows with the
-distinct gaps, not with the tokens. When a record's tokens are consecutive entries of its
-worker's pass ends (``RequestRecord.pass_ends``, the usual case), or a few runs of them (a
-preempted request), its gaps are counted per pass of that worker in O(runs) (a difference
-array over the passes), not token by token; that costs 8 bytes per pass of each worker,
-here and in the worker's pass ends.
+throughput and goodput; every record counts in ``num_requests``. Report keys follow
+vLLM's ``vllm bench serve`` where it has the metric (``completed``, ``request_throughput``,
+``output_throughput``, ``total_token_throughput``, ``request_goodput``, ``*_e2el_ms``)
+and AIPerf's otherwise (``good_request_count``); :data:`DEPRECATED_NAMES` are the
+earlier names, still written beside them for one release.
 
-Distributions are reported as ``mean_/min_/max_/median_/p75_/p90_/p95_/p99_/std_<name>``
-(``_ms`` suffix for latencies). Percentile ``p`` is the sorted sample at rank
-``round((count - 1) * p / 100)`` (halves round up); ``std`` is the population standard
-deviation; an empty distribution reports zeros. Sums use ``math.fsum``, so the same
+Gaps are counted between *emissions*, as vLLM's and AIPerf's benchmarks count streamed
+chunks: the tokens a pass emits together (a speculative burst) share one time, and are
+one emission, so ITL and TTST have no zero gaps; TPOT still divides by the tokens.
+
+Memory per finished request is O(1): per-request latencies are ``array('d')`` samples
+(8 bytes each), and ITL, one sample per emission gap, is kept as exact
+``value -> count`` multiplicities (gaps repeat: a pass's duration is the gap of every
+request in it), so its memory grows with the distinct gaps, not with the tokens. When a
+record's tokens are consecutive entries of its worker's pass ends
+(``RequestRecord.pass_ends``, the usual case), or a few runs of them (a preempted
+request), its gaps are counted per pass of that worker in O(runs) (a difference array
+over the passes), not token by token; that costs 8 bytes per pass of each worker, here
+and in the worker's pass ends.
+
+Distributions are reported as
+``mean_/min_/max_/median_/p75_/p90_/p95_/p99_/p99.9_/std_<name>`` (``_ms`` suffix for
+latencies). Percentile ``p`` is the sorted sample at rank ``round((count - 1) * p / 100)``
+(halves round up); ``std`` is the population standard deviation; an empty distribution
+reports zeros. Sums use ``math.fsum``, so the same
 records always give the same floats, whatever order they were added in.
 """
 
@@ -32,16 +43,32 @@ from typing import IO, Any
 from mypy_extensions import mypyc_attr
 
 from servesim.engines.kernel.requests import RequestRecord
+from servesim.engines.kernel.sla import RequestBounds, request_value, run_verdicts
 from servesim.payload import SlaArgs
+from servesim.sla import targets_of
 
 PERCENTILES: tuple[tuple[str, float], ...] = (
     ("median", 50.0), ("p75", 75.0), ("p90", 90.0), ("p95", 95.0), ("p99", 99.0),
+    ("p99.9", 99.9),
 )
-LATENCIES: tuple[str, ...] = ("ttft", "ttst", "tpot", "itl", "e2e_latency")
+STATS: tuple[str, ...] = ("mean", "min", "max", *(p for p, _ in PERCENTILES), "std")
+LATENCIES: tuple[str, ...] = ("ttft", "ttst", "tpot", "itl", "e2el")
 PER_USER = "output_token_throughput_per_user"
 # The parts of a TTFT, in order (reported as ``ttft_<part>_ms``): see :func:`ttft_parts`.
 TTFT_PARTS: tuple[str, ...] = ("prefill_queue", "prefill", "kv_transfer", "decode_queue",
                                "first_decode")
+# Earlier report names -> today's; both are written until the next release.
+DEPRECATED_NAMES: dict[str, str] = {
+    "completed_requests": "completed",
+    "request_throughput_rps": "request_throughput",
+    "input_throughput_tok_s": "input_throughput",
+    "output_throughput_tok_s": "output_throughput",
+    "total_throughput_tok_s": "total_token_throughput",
+    "goodput_request_throughput_rps": "request_goodput",
+    "goodput_completed_requests": "good_request_count",
+    "num_e2e_latency_samples": "num_e2el_samples",
+    **{f"{stat}_e2e_latency_ms": f"{stat}_e2el_ms" for stat in STATS if stat != "p99.9"},
+}
 # Runs of consecutive passes a record's tokens may split into for its gaps to be counted
 # per pass (a preempted request's few); more, and they are counted per token.
 _MAX_RUNS = 8
@@ -62,7 +89,7 @@ def distribution(samples: Iterable[float], name: str, unit: str = "_ms") -> dict
     n = len(values)
     out: dict[str, float] = {}
     if n == 0:
-        for stat in ("mean", "min", "max", *(p for p, _ in PERCENTILES), "std"):
+        for stat in STATS:
             out[f"{stat}_{name}{unit}"] = 0.0
         return out
     mean = math.fsum(values) / n
@@ -118,7 +145,7 @@ def sorted_distribution(values: list[float], weights: list[int], name: str,
     n = sum(weights)
     out: dict[str, float] = {}
     if n == 0:
-        for stat in ("mean", "min", "max", *(p for p, _ in PERCENTILES), "std"):
+        for stat in STATS:
             out[f"{stat}_{name}{unit}"] = 0.0
         return out
     mean = exact_sum(values, weights) / n
@@ -135,41 +162,10 @@ def sorted_distribution(values: list[float], weights: list[int], name: str,
     return out
 
 
-def _ttft(record: RequestRecord) -> float | None:
-    return record.token_times[0] - record.arrival_ms if record.token_times else None
-
-
-def _e2e(record: RequestRecord) -> float:
-    """Last token minus arrival; a request without tokens ends at its terminal time."""
-    if record.token_times:
-        return record.token_times[-1] - record.arrival_ms
-    end = record.terminal_ms if record.terminal_ms is not None else record.arrival_ms
-    return end - record.arrival_ms
-
-
-def _tpot(record: RequestRecord) -> float | None:
-    times = record.token_times
-    if len(times) < 2:
-        return None
-    return (times[-1] - times[0]) / (len(times) - 1)
-
-
-def meets_sla(record: RequestRecord, sla: SlaArgs) -> bool:
-    """Goodput test: TTFT, E2E and average ITL ``(e2e - ttft) / (n - 1)`` within the bounds.
-
-    Bounds are inclusive; the ITL bound is skipped for requests with at most one token,
-    the TTFT bound for requests with no token.
-    """
-    ttft = _ttft(record)
-    if sla.ttft_ms is not None and ttft is not None and ttft > sla.ttft_ms:
-        return False
-    e2e = _e2e(record)
-    if sla.e2e_ms is not None and e2e > sla.e2e_ms:
-        return False
-    n = len(record.token_times)
-    if sla.itl_ms is not None and n > 1 and ttft is not None:
-        return (e2e - ttft) / (n - 1) <= sla.itl_ms
-    return True
+def _ttst(times: array) -> float | None:
+    """Second emission minus the first (tokens of one burst share a time)."""
+    second = bisect.bisect_right(times, times[0]) if times else 0
+    return times[second] - times[0] if second < len(times) else None
 
 
 def ttft_parts(record: RequestRecord) -> dict[str, float] | None:
@@ -220,7 +216,8 @@ def request_record_json(record: RequestRecord) -> dict[str, Any]:
     times = record.token_times
     first = times[0] if times else None
     last = times[-1] if times else None
-    ttst = times[1] - times[0] if len(times) >= 2 else None
+    tpot = request_value("tpot_ms", record)
+    e2e = request_value("e2e_ms", record) if times or record.terminal_ms is not None else None
     return {
         "request_id": record.request_id,
         "session_id": record.session_id,
@@ -230,10 +227,13 @@ def request_record_json(record: RequestRecord) -> dict[str, Any]:
         "terminal_time_ms": _opt(record.terminal_ms),
         "first_token_ms": first,
         "last_token_ms": last,
-        "ttft_ms": _ttft(record),
-        "ttst_ms": ttst,
-        "e2e_latency_ms": _e2e(record) if times or record.terminal_ms is not None else None,
-        "itl_ms": _tpot(record),
+        "ttft_ms": request_value("ttft_ms", record),
+        "ttst_ms": _ttst(times),
+        "e2el_ms": e2e,
+        "e2e_latency_ms": e2e,  # deprecated: e2el_ms
+        "tpot_ms": tpot,
+        "itl_ms": tpot,  # deprecated: this request's mean gap, tpot_ms
+        "max_itl_ms": request_value("itl_ms", record),
         "input_length": record.input_length,
         "requested_output_length": record.requested_output_length,
         "output_length": record.output_length,
@@ -295,8 +295,8 @@ class MetricsCollector:
 
     def __init__(self, sla: SlaArgs | None = None, *,
                  request_log: IO[str] | None = None) -> None:
-        self._sla = sla if sla is not None and any(
-            b is not None for b in (sla.ttft_ms, sla.itl_ms, sla.e2e_ms)) else None
+        self._targets = targets_of(sla)
+        self._bounds = RequestBounds(self._targets)
         self._writer = None if request_log is None else RequestJsonlWriter(request_log)
         self.num_requests = 0
         self.completed = 0
@@ -313,7 +313,7 @@ class MetricsCollector:
                                            if name != "itl"}
         # each TTFT part of the completed requests it applies to (see ttft_parts)
         self._ttft_parts: dict[str, array] = {name: array("d") for name in TTFT_PARTS}
-        self._itl: dict[float, int] = {}  # every gap between adjacent tokens, counted
+        self._itl: dict[float, int] = {}  # every gap between emissions, counted
         # per pass-ends array (by id): the array and a difference array of how many
         # requests' gaps each pass ends (gaps not yet folded into ``_itl``)
         self._runs: dict[int, tuple[array[float], array[int]]] = {}
@@ -345,14 +345,18 @@ class MetricsCollector:
             for name, part in (ttft_parts(record) or {}).items():
                 self._ttft_parts[name].append(part)
         if n >= 2:
-            samples["ttst"].append(times[1] - times[0])
+            ttst = _ttst(times)
+            if ttst is not None:
+                samples["ttst"].append(ttst)
             samples["tpot"].append((times[-1] - times[0]) / (n - 1))
             if not self._count_runs(record.pass_ends, times, n):
                 itl = self._itl
-                for gap in map(operator.sub, itertools.islice(times, 1, None), times):
+                # a zero gap is inside one emission (a speculative burst): no gap
+                for gap in filter(None, map(operator.sub, itertools.islice(times, 1, None),
+                                            times)):
                     itl[gap] = itl.get(gap, 0) + 1
-        samples["e2e_latency"].append(_e2e(record))
-        if self._sla is not None and meets_sla(record, self._sla):
+        samples["e2el"].append(request_value("e2e_ms", record) or 0.0)
+        if self._bounds.targets and self._bounds.check(record):
             self.goodput_completed += 1
             self.goodput_output_tokens += n
 
@@ -390,8 +394,8 @@ class MetricsCollector:
         cover = self._cover(ends, max(first + k for first, k in runs) + 1)
         i = 0
         for first, k in runs:
-            if i:  # the gap from the last token of the run before
-                gap = times[i] - times[i - 1]
+            gap = times[i] - times[i - 1] if i else 0.0  # from the run before
+            if gap:
                 self._itl[gap] = self._itl.get(gap, 0) + 1
             cover[first + 1] += 1  # the gaps ending at passes first + 1 .. first + k - 1
             cover[first + k] -= 1
@@ -419,8 +423,8 @@ class MetricsCollector:
             count = 0
             for k in range(1, min(len(ends), len(covered))):
                 count += covered[k]
-                if count:
-                    gap = ends[k] - ends[k - 1]
+                gap = ends[k] - ends[k - 1]
+                if count and gap:  # passes ending together emit together
                     itl[gap] = itl.get(gap, 0) + count
         self._runs.clear()
 
@@ -438,17 +442,19 @@ class MetricsCollector:
         total_input = self.total_input_tokens
         out: dict[str, Any] = {
             "num_requests": self.num_requests,
-            "completed_requests": self.completed,
+            "completed": self.completed,
+            "failed": self.rejected + self.incomplete,
             "rejected_requests": self.rejected,
             "incomplete_requests": self.incomplete,
             "total_input_tokens": total_input,
             "total_output_tokens": self.total_output_tokens,
+            "duration": duration_s,
             "duration_ms": self.duration_ms,
             "wall_time_ms": float(wall_time_ms),
-            "request_throughput_rps": rate(self.completed),
-            "input_throughput_tok_s": rate(total_input),
-            "output_throughput_tok_s": rate(self.total_output_tokens),
-            "total_throughput_tok_s": rate(total_input + self.total_output_tokens),
+            "request_throughput": rate(self.completed),
+            "input_throughput": rate(total_input),
+            "output_throughput": rate(self.total_output_tokens),
+            "total_token_throughput": rate(total_input + self.total_output_tokens),
         }
         self._fold_runs()
         gaps = sorted(self._itl)
@@ -466,9 +472,9 @@ class MetricsCollector:
         for name, parts in self._ttft_parts.items():
             if parts:  # the parts some request has: none for an engine that records none
                 out.update(distribution(parts, f"ttft_{name}"))
-        out["num_ttft_samples"] = len(self._samples["ttft"])
-        out["num_tpot_samples"] = len(self._samples["tpot"])
-        out["num_e2e_latency_samples"] = len(self._samples["e2e_latency"])
+        for name in LATENCIES:
+            out[f"num_{name}_samples"] = sum(counts) if name == "itl" \
+                else len(self._samples[name])
         out["prefix_cache_reused_ratio"] = (
             self.reused_tokens / total_input if total_input else 0.0)
         out["first_admission_prefix_cache_reused_ratio"] = (
@@ -479,10 +485,18 @@ class MetricsCollector:
         else:
             total_gpu_s = float(gpu_seconds)
         out["gpu_hours"] = total_gpu_s / 3600.0
-        if self._sla is not None:
-            out["goodput_completed_requests"] = self.goodput_completed
-            out["goodput_request_throughput_rps"] = rate(self.goodput_completed)
+        if self._bounds.targets:
+            out["good_request_count"] = self.goodput_completed
+            out["request_goodput"] = rate(self.goodput_completed)
             out["goodput_output_throughput_tok_s"] = rate(self.goodput_output_tokens)
+        if self._targets:
+            verdicts = self._bounds.verdicts() + run_verdicts(self._targets, out)
+            out["sla_verdicts"] = verdicts
+            # a column sweeps and searches can bound: sla_targets_missed <= 0
+            out["sla_targets_missed"] = sum(v["met"] is not True for v in verdicts)
+        for old, new in DEPRECATED_NAMES.items():
+            if new in out:
+                out[old] = out[new]
         if extra:
             out.update(extra)
         return out

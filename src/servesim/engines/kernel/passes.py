@@ -41,6 +41,7 @@ from servesim.engines.kernel.events import PHASE_ENGINE
 from servesim.engines.kernel.rank import Rank, RankResult, Seq
 from servesim.engines.kernel.replay import Replay
 from servesim.engines.kernel.requests import Workload
+from servesim.engines.kernel.speculation import acceptance_report
 from servesim.errors import ReplayError
 from servesim.timing.base import StepTimer
 
@@ -124,6 +125,11 @@ class PassReplay(Replay, Generic[W]):
 
     def _guard(self) -> Guard:
         return guard_replay(self)  # watchdog; invariant auditor when enabled
+
+    def speculation_report(self) -> dict[str, Any]:
+        """The run's speculative-decoding acceptance statistics ({} without)."""
+        return acceptance_report(getattr(rank, "sampler", None)
+                                 for worker in self.workers for rank in worker.ranks)
 
     # -- worker passes ----------------------------------------------------------------------
 

@@ -8,23 +8,37 @@ lies in ``[0, 1)``). No draft model, draft KV or lookup cost is modelled.
 
 The stream is seeded per rank (``seed + rank offset``) so a replay is reproducible and
 two ranks do not draw the same bursts.
+
+Each sampler counts its verification steps by drafts proposed and tokens emitted;
+:func:`acceptance_report` sums them over a run into the report's acceptance statistics,
+named as ``vllm bench serve`` names them: ``spec_decode_num_drafts`` (steps that proposed
+at least one draft), ``spec_decode_draft_tokens``, ``spec_decode_accepted_tokens``,
+``spec_decode_acceptance_rate`` (accepted / drafted, in %), ``spec_decode_acceptance_length``
+(mean tokens a step emits, ``1 + accepted / steps``) and
+``spec_decode_per_position_acceptance_rates`` (position ``i``: the share of the steps that
+proposed a draft there whose draft was accepted; ``r1``, ``r1*r2``, ... in expectation).
+A step near the end of a request proposes only the drafts it could still use.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 
 class BurstSampler:
     """Seeded sampler of burst lengths (``1 .. num_speculative_tokens + 1``)."""
 
-    __slots__ = ("_random", "num_speculative_tokens", "rates")
+    __slots__ = ("_random", "num_speculative_tokens", "rates", "steps")
 
     def __init__(self, rates: Sequence[float], seed: int, offset: int = 0) -> None:
         self.rates = tuple(float(r) for r in rates)
         self.num_speculative_tokens = len(self.rates)
         self._random = random.Random(seed + offset)
+        # steps[drafts * (k + 2) + burst]: the steps that proposed ``drafts`` and emitted
+        # ``burst`` tokens (k = num_speculative_tokens)
+        self.steps = [0] * ((self.num_speculative_tokens + 1) * (self.num_speculative_tokens + 2))
 
     @property
     def expected_burst(self) -> float:
@@ -52,4 +66,42 @@ class BurstSampler:
                 burst += 1
             else:
                 break
+        self.steps[drafts * (self.num_speculative_tokens + 2) + burst] += 1
         return burst
+
+
+def acceptance_report(samplers: Iterable[BurstSampler | None]) -> dict[str, Any]:
+    """The acceptance statistics of a run's samplers; {} without speculative decoding."""
+    drafted: list[int] = []
+    accepted: list[int] = []
+    steps = 0
+    any_sampler = False
+    for sampler in samplers:
+        if sampler is None:
+            continue
+        any_sampler = True
+        k = sampler.num_speculative_tokens
+        drafted += [0] * (k - len(drafted))
+        accepted += [0] * (k - len(accepted))
+        for index, count in enumerate(sampler.steps):
+            drafts, burst = divmod(index, k + 2)
+            if not count or not drafts:
+                continue
+            steps += count
+            for i in range(drafts):
+                drafted[i] += count
+            for i in range(burst - 1):
+                accepted[i] += count
+    if not any_sampler:
+        return {}
+    draft_tokens, accepted_tokens = sum(drafted), sum(accepted)
+    return {
+        "spec_decode_num_drafts": steps,
+        "spec_decode_draft_tokens": draft_tokens,
+        "spec_decode_accepted_tokens": accepted_tokens,
+        "spec_decode_acceptance_rate":
+            100.0 * accepted_tokens / draft_tokens if draft_tokens else 0.0,
+        "spec_decode_acceptance_length": 1.0 + accepted_tokens / steps if steps else 0.0,
+        "spec_decode_per_position_acceptance_rates":
+            [a / d if d else 0.0 for a, d in zip(accepted, drafted, strict=True)],
+    }

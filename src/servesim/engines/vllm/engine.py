@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 from mypy_extensions import mypyc_attr
@@ -43,6 +43,7 @@ class ReplayStats:
     rejected: int
     incomplete: int
     worker_busy_ms: tuple[float, ...]  # per worker: sum of its completed pass durations
+    speculation: dict[str, Any] = field(default_factory=dict)  # acceptance statistics
 
     @property
     def worker_seconds(self) -> float:
@@ -97,7 +98,8 @@ class AggregatedReplay(PassReplay[Worker]):
     def run(self) -> ReplayStats:
         self.run_loop()
         return ReplayStats(**self.totals(),
-                           worker_busy_ms=tuple(w.busy_ms for w in self.workers))
+                           worker_busy_ms=tuple(w.busy_ms for w in self.workers),
+                           speculation=self.speculation_report())
 
     # -- events ---------------------------------------------------------------------------
 
