@@ -13,7 +13,7 @@ import difflib
 import math
 import types
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
 import attrs
@@ -108,13 +108,17 @@ def _structure_literal(value: Any, tp: Any) -> Any:
                         codes.BAD_CHOICE)
 
 
-def _backend_name(value: Any, _: Any = None) -> backends.BackendName:
-    """A registered backend's name (the backends in force: see :mod:`servesim.backends`)."""
-    allowed = tuple(backends.registered())
-    if isinstance(value, str) and value in allowed:
-        return backends.BackendName(value)
-    raise _TypeMismatch(f"expected one of {_choices(allowed)}, got {_describe(value)}",
-                        codes.BAD_CHOICE)
+def _backend_name(known: Mapping[str, Any]) -> Callable[[Any, Any], backends.BackendName]:
+    """The hook reading a backend's name: one of ``known`` (a registry's backends)."""
+    allowed = tuple(known)
+
+    def hook(value: Any, _: Any = None) -> backends.BackendName:
+        if isinstance(value, str) and value in allowed:
+            return backends.BackendName(value)
+        raise _TypeMismatch(f"expected one of {_choices(allowed)}, got {_describe(value)}",
+                            codes.BAD_CHOICE)
+
+    return hook
 
 
 def _structure_scalar_union(value: Any, tp: Any) -> Any:
@@ -176,13 +180,15 @@ def _structure_scalar_or_table(conv: cattrs.Converter) -> Callable[[Any, Any], A
     return hook
 
 
-def make_converter() -> cattrs.Converter:
+def make_converter(known_backends: Mapping[str, Any] = backends.BUILTIN,
+                   ) -> cattrs.Converter:
+    """servesim's strict converter; ``engine.backend`` must name one of ``known_backends``."""
     conv = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
     conv.register_structure_hook(int, _int)
     conv.register_structure_hook(float, _float)
     conv.register_structure_hook(str, _str)
     conv.register_structure_hook(bool, _bool)
-    conv.register_structure_hook(backends.BackendName, _backend_name)
+    conv.register_structure_hook(backends.BackendName, _backend_name(known_backends))
     conv.register_structure_hook_func(lambda t: get_origin(t) is Literal, _structure_literal)
     conv.register_structure_hook_func(_is_scalar_union, _structure_scalar_union)
 

@@ -400,7 +400,7 @@ def _fraction(value: float) -> Fraction:
 
 
 def kv_budget_bytes(
-    backend: str,
+    backend: str | backends.Backend,
     *,
     capacity: int,
     memory_fraction: float,
@@ -411,13 +411,14 @@ def kv_budget_bytes(
     cuda_graph: int,
 ) -> tuple[int, str]:
     """KV bytes per GPU from the memory terms (spec §3.3), floored; may be <= 0, by the
-    formula of ``backend`` (:meth:`servesim.backends.Backend.kv_budget`)."""
+    formula of ``backend`` (a policy, or a built-in's name:
+    :meth:`servesim.backends.Backend.kv_budget`)."""
     if not 0 < memory_fraction <= 1:
         raise GeometryError(f"memory_fraction must be in (0, 1], got {memory_fraction!r}")
-    policy = backends.policy(backend)
+    policy = backends.policy(backend) if isinstance(backend, str) else backend
     if policy is None:
         raise GeometryError(f"unknown backend {backend!r}; expected "
-                            f"{', '.join(backends.registered())}")
+                            f"{', '.join(backends.BUILTIN)}")
     return policy.kv_budget(capacity=capacity, fraction=_fraction(memory_fraction),
                             memory_fraction=memory_fraction, weights=weights,
                             activations=activations, runtime_overhead=runtime_overhead,
@@ -428,7 +429,7 @@ def default_kv_blocks(
     model: ModelInfo,
     gpu: GpuSpec,
     *,
-    backend: str,
+    backend: str | backends.Backend,
     tensor: int,
     pipeline: int,
     moe_tensor: int = 1,
@@ -480,7 +481,8 @@ def default_kv_blocks(
     blocks = tokens // block_size
     if blocks < 1:
         raise GeometryError(
-            f"no KV budget on {gpu.name} for {model.name} ({backend}): weights "
+            f"no KV budget on {gpu.name} for {model.name} "
+            f"({backend if isinstance(backend, str) else backend.NAME}): weights "
             f"{_gib(weights)} per GPU plus {_gib(non_kv - weights)} other non-KV memory leave "
             f"{_gib(max(kv, 0))} of {_gib(capacity)} capacity at memory_fraction "
             f"{memory_fraction}, less than one {block_size}-token block; use more GPUs "

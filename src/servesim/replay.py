@@ -22,7 +22,6 @@ from typing import Any
 import attrs
 
 from servesim import codes
-from servesim.backends import use_backends
 from servesim.engines.kernel.metrics import MetricsCollector, request_record_json
 from servesim.engines.kernel.requests import RequestRecord
 from servesim.errors import Diagnostic, PayloadError, ServesimError, WorkloadError
@@ -34,7 +33,7 @@ from servesim.rules import prompt_over_budget
 from servesim.sla import sla_deprecations
 from servesim.sweep.pricing import cost_figures
 from servesim.timing.measured import measured_notes
-from servesim.timing.registry import make_timer, use_providers
+from servesim.timing.registry import make_timer
 from servesim.version import __version__
 from servesim.workloads import (
     build_workload,
@@ -122,14 +121,13 @@ def check_input_files(payload: Payload, *, registry: EngineRegistry,
         if first_prompt is not None and role.worker_type != "decode":
             problem = prompt_over_budget(role, 0, first_prompt)
             out += [problem] if problem else []
-    with use_providers(registry.timing_providers), use_backends(registry.backends):
-        for role in payload.roles.values():
-            try:
-                make_timer(role)
-            except ServesimError as exc:
-                out += exc.diagnostics
+    for role in payload.roles.values():
+        try:
+            make_timer(role, registry.timing_providers, registry.backends)
+        except ServesimError as exc:
+            out += exc.diagnostics
     if not any(d.severity == "error" for d in out):
-        out += measured_notes(payload.roles)[1]
+        out += measured_notes(payload.roles, registry.backends)[1]
     return out
 
 
@@ -157,22 +155,18 @@ def replay_payload(payload: Payload, *, registry: EngineRegistry | None = None,
     hook = f"{type(engine).__qualname__}.%s"  # plugin errors name the engine method
     source = registry.source_of(payload.engine)
     third_party = source.kind != "builtin"  # a built-in's bookkeeping is audited instead
-    with use_backends(registry.backends):
-        diags = registry.diagnostics(payload.engine, hook % "validate_payload",
-                                     lambda: engine.validate_payload(payload))
+    diags = registry.diagnostics(payload.engine, hook % "validate_payload",
+                                 lambda: engine.validate_payload(payload))
     if diags:
         raise PayloadError(diags)
-    with use_providers(registry.timing_providers), use_backends(registry.backends):
-        timing_sources, warnings = measured_notes(payload.roles)
+    timing_sources, warnings = measured_notes(payload.roles, registry.backends)
     warnings = [*sla_deprecations(payload.sla), *warnings]
     collector = MetricsCollector(payload.sla)
     started = time.perf_counter()
     if workload is None:
         workload = build_workload(payload.workload, base_dir=base_dir,
                                   formats=registry.trace_formats)
-    with workload, \
-            use_providers(registry.timing_providers), use_backends(registry.backends), \
-            _fewer_collections(), \
+    with workload, _fewer_collections(), \
             registry.guard(payload.engine, hook % "replay"), contextlib.ExitStack() as stack:
         sink: Callable[[RequestRecord], None] = collector.add
         if requests_out is not None:  # renamed over it at the end (on Ctrl-C too)

@@ -28,13 +28,14 @@ from servesim.errors import Diagnostic, Path, error
 from servesim.geometry import parallel_problems, unpriced_weight_quant
 from servesim.payload import KvTransferArgs, RoleArgs, role_field_path
 
-RoleRule = Callable[[RoleArgs, Path], Iterator[Diagnostic]]
+# a rule on one resolved role, given the registered backends
+RoleRule = Callable[[RoleArgs, Path, Mapping[str, Backend]], Iterator[Diagnostic]]
 
 
-def _takers(test: Callable[[Backend], bool]) -> str:
+def _takers(test: Callable[[Backend], bool], known: Mapping[str, Backend]) -> str:
     """``backend=vllm`` (or several, joined by "or"): the registered backends passing
     ``test``, for a message."""
-    return names_of([b for b in backends.registered().values() if test(b)])
+    return names_of([b for b in known.values() if test(b)])
 
 
 def _in_limits(obj: Any, name: str) -> bool:
@@ -46,16 +47,17 @@ def role_path(role: str) -> Path:
     return ("engine", "workers", role)
 
 
-def value_limits(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
+def value_limits(r: RoleArgs, path: Path,
+                 known: Mapping[str, Backend] = backends.BUILTIN) -> Iterator[Diagnostic]:
     """Every numeric value within its bounds (:mod:`servesim.limits`, spec V55)."""
     role = str(path[-1])
     for d in check_limits(r, path_of=lambda name: role_field_path(role, name)):
         yield attrs.evolve(d, stage="validate")
 
 
-def backend_fields(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
+def backend_fields(r: RoleArgs, path: Path,
+                   known: Mapping[str, Backend] = backends.BUILTIN) -> Iterator[Diagnostic]:
     """A registered backend, and its own rules on the role (spec V10-V12)."""
-    known = backends.registered()
     backend = known.get(r.backend)
     if backend is None:
         quoted = ", ".join(f'"{name}"' for name in known)
@@ -65,7 +67,8 @@ def backend_fields(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
     yield from backend.rules(r, path, tuple(known.values()))
 
 
-def timing_values(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
+def timing_values(r: RoleArgs, path: Path,
+                  known: Mapping[str, Backend] = backends.BUILTIN) -> Iterator[Diagnostic]:
     """Fixed timing needs both step times (spec V15, V57) and table timing its file, which
     no other timing takes; the default timing prices only weight precisions it knows."""
     t = r.timing
@@ -111,16 +114,17 @@ def timing_values(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
                         'choose a precision it prices, or timing.type = "table" / "fixed"')
 
 
-def state_cache_geometry(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
+def state_cache_geometry(r: RoleArgs, path: Path,
+                         known: Mapping[str, Backend] = backends.BUILTIN) -> Iterator[Diagnostic]:
     """State cache needs vLLM and room for one token block plus one state (V22, V23, V25)."""
     sc = r.state_cache
     kp = (*path, "kv_cache")
     if sc is None:
         return
-    backend = backends.policy(r.backend)
+    backend = known.get(r.backend)
     if backend is not None and not backend.state_cache:  # else backend_fields reports it
         yield error(codes.STATE_CACHE_BACKEND, (*kp, "state_cache"),
-                    f"state_cache requires {_takers(lambda b: b.state_cache)}, got "
+                    f"state_cache requires {_takers(lambda b: b.state_cache, known)}, got "
                     f"backend={r.backend}")
     if r.block_size < 2:
         yield error(codes.STATE_CACHE_BLOCK, (*kp, "block_size"),
@@ -143,7 +147,8 @@ def state_cache_geometry(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
                     f"blocks + 1", "raise capacity.blocks or capacity.bytes")
 
 
-def prefix_match_unit(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
+def prefix_match_unit(r: RoleArgs, path: Path,
+                      known: Mapping[str, Backend] = backends.BUILTIN) -> Iterator[Diagnostic]:
     """``prefix_match_unit`` against the block size the role resolves to (V27-V30).
 
     Without speculation any positive divisor of the resolved block size is allowed.
@@ -171,7 +176,8 @@ def prefix_match_unit(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
                     f"{unit}", f"set prefix_match_unit = {r.block_size} or remove it")
 
 
-def speculation(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
+def speculation(r: RoleArgs, path: Path,
+                known: Mapping[str, Backend] = backends.BUILTIN) -> Iterator[Diagnostic]:
     """Speculative decoding parameters (V34, V36, V39)."""
     s = r.speculation
     if s is None:
@@ -188,15 +194,16 @@ def speculation(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
         if not (math.isfinite(rate) and 0.0 <= rate <= 1.0):
             yield error(codes.SPECULATION_RATES, (*sp, "acceptance_rates", i),
                         f"must be in [0, 1], got {rate}")
-    backend = backends.policy(r.backend)
+    backend = known.get(r.backend)
     if s.kind == "ngram" and backend is not None and not backend.ngram_speculation:
-        takers = [n for n, b in backends.registered().items() if b.ngram_speculation]
+        takers = [n for n, b in known.items() if b.ngram_speculation]
         yield error(codes.SPECULATION_BACKEND, (*sp, "kind"),
                     f"ngram speculation requires {' or '.join(takers) or 'another backend'}"
                     f" aggregated/disaggregated language workers, got backend={r.backend}")
 
 
-def parallelism(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
+def parallelism(r: RoleArgs, path: Path,
+                known: Mapping[str, Backend] = backends.BUILTIN) -> Iterator[Diagnostic]:
     """The parallel shape fits the model: heads split over TP, a layer per pipeline stage,
     the experts over the attention GPUs (or no expert split for a dense model)."""
     if min(r.tensor, r.pipeline, r.attention_data, r.moe_tensor, r.moe_expert) < 1:
@@ -211,7 +218,8 @@ def parallelism(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
         yield error(code, (*path, "parallelism", key), message)
 
 
-def startup(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
+def startup(r: RoleArgs, path: Path,
+            known: Mapping[str, Backend] = backends.BUILTIN) -> Iterator[Diagnostic]:
     """``startup_seconds`` delays workers that join during a run; a replay starts every
     worker at t=0 and adds none, so a value would change nothing: refused, not ignored."""
     if r.startup_seconds and _in_limits(r, "startup_seconds"):
@@ -221,7 +229,8 @@ def startup(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
                     "remove startup_seconds")
 
 
-def rank_count(r: RoleArgs, path: Path) -> Iterator[Diagnostic]:
+def rank_count(r: RoleArgs, path: Path,
+               known: Mapping[str, Backend] = backends.BUILTIN) -> Iterator[Diagnostic]:
     """The role's scheduler ranks (each with its queues and block pool) fit in a replay."""
     if not (_in_limits(r, "replicas") and _in_limits(r, "attention_data")):
         return  # value_limits reports it
@@ -241,8 +250,10 @@ ROLE_RULES: tuple[RoleRule, ...] = (
 
 
 def check_deployment(mode: str, roles: Mapping[str, RoleArgs],
-                     kv_transfer: KvTransferArgs | None = None) -> list[Diagnostic]:
-    """Run every rule on every role and across roles; return all diagnostics."""
+                     kv_transfer: KvTransferArgs | None = None,
+                     known: Mapping[str, Backend] = backends.BUILTIN) -> list[Diagnostic]:
+    """Run every rule on every role and across roles, ``known`` being the registered
+    backends; return all diagnostics."""
     out: list[Diagnostic] = []
     expected = {"aggregated": {"aggregated"}, "disaggregated": {"prefill", "decode"}}.get(mode)
     if expected is None:
@@ -257,7 +268,7 @@ def check_deployment(mode: str, roles: Mapping[str, RoleArgs],
             out.append(error(codes.ROLE_MISMATCH, (*path, "worker_type"),
                              f"must be {name!r}, got {role.worker_type!r}"))
         for rule in ROLE_RULES:
-            out.extend(rule(role, path))
+            out.extend(rule(role, path, known))
     if mode == "disaggregated" and expected <= set(roles):
         out.extend(_pd_rules(roles["prefill"], roles["decode"], kv_transfer))
     elif kv_transfer is not None:

@@ -2,15 +2,14 @@
 
 :class:`Backend` is the base a backend subclasses. The built-ins are registered through the
 ``servesim_register_backends`` hook like any plugin's; :func:`policy` finds the policy of
-an ``engine.backend`` value among the backends of the compile or replay in progress (the
-registry's, set with :func:`use_backends`), or among the built-ins outside one.
+an ``engine.backend`` value among the backends it is given (a plugin registry's
+``backends``, which the compiler and the engines pass explicitly), the built-ins by
+default.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import NewType
 
@@ -28,8 +27,6 @@ __all__ = [
     "BackendName",
     "policy",
     "policy_of",
-    "registered",
-    "use_backends",
 ]
 
 DEFAULT_BACKEND = "vllm"
@@ -38,37 +35,17 @@ BackendName = NewType("BackendName", str)
 BUILTIN_BACKENDS: tuple[type[Backend], ...] = (Vllm, Sglang, Trtllm)
 BUILTIN: Mapping[str, Backend] = MappingProxyType({cls.NAME: cls() for cls in BUILTIN_BACKENDS})
 
-# The backends registered for the compile or replay in progress (set by the compiler
-# pipeline and servesim.replay); a context variable, so concurrent runs do not mix.
-_ACTIVE: ContextVar[Mapping[str, Backend] | None] = ContextVar("servesim_backends",
-                                                               default=None)
+
+def policy(name: str, backends: Mapping[str, Backend] = BUILTIN) -> Backend | None:
+    """The policy of backend ``name`` among ``backends``, or None if it is not one."""
+    return backends.get(name)
 
 
-@contextmanager
-def use_backends(backends: Mapping[str, Backend]) -> Iterator[None]:
-    """Within the block, :func:`policy` looks up ``backends`` (a plugin registry's)."""
-    token = _ACTIVE.set(backends)
-    try:
-        yield
-    finally:
-        _ACTIVE.reset(token)
-
-
-def registered() -> Mapping[str, Backend]:
-    """The backends in force, by name, in registration order (built-ins first)."""
-    return _ACTIVE.get() or BUILTIN
-
-
-def policy(name: str) -> Backend | None:
-    """The policy of backend ``name``, or None if no such backend is registered."""
-    return registered().get(name)
-
-
-def policy_of(name: str) -> Backend:
-    """The policy of backend ``name``, which the caller knows is registered (the parse
-    pass and the payload check refuse any other)."""
-    found = registered().get(name)
+def policy_of(name: str, backends: Mapping[str, Backend] = BUILTIN) -> Backend:
+    """The policy of backend ``name``, which the caller knows is among ``backends`` (the
+    parse pass and the payload check refuse any other)."""
+    found = backends.get(name)
     if found is None:
         raise KeyError(f"no backend named {name!r} is registered (registered: "
-                       f"{', '.join(registered())})")
+                       f"{', '.join(backends)})")
     return found

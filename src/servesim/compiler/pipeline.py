@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal
 
-from servesim import backends
 from servesim.compiler.context import CompileContext
 from servesim.compiler.passes.lower import lower
 from servesim.compiler.passes.parse import parse
@@ -33,13 +32,11 @@ def run(source: SourceText, ctx: CompileContext, *, stop_after: Stage = "lower",
         on_stage: Callable[[Stage, Any], None] | None = None) -> Any:
     """Run the passes up to ``stop_after``; a failing pass raises CompileError.
 
-    The passes see the backends of ``ctx.registry``."""
+    The passes read the plugins' engines, backends and providers from ``ctx.registry``."""
     artifact: Any = source
-    in_force = ctx.registry.backends
     for name, fn in PIPELINE:
         try:
-            with backends.use_backends(in_force):
-                artifact = fn(artifact, ctx)
+            artifact = fn(artifact, ctx)
         except ServesimError:
             raise
         except Exception as exc:  # a bug: keep the traceback, name the stage

@@ -9,18 +9,22 @@ workload in virtual time, handing every terminal request to a sink as a
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import attrs
 
 from servesim import codes
+from servesim.backends import BUILTIN as BUILTIN_BACKENDS
+from servesim.backends import Backend, policy_of
 from servesim.engines.kernel.requests import RequestRecord, Workload
 from servesim.errors import Diagnostic
-from servesim.payload import Payload
+from servesim.payload import Payload, RoleArgs
 from servesim.rules import check_deployment
 from servesim.sla import check_sla
 from servesim.sweep.pricing import check_prices
+from servesim.timing.base import StepTimer
+from servesim.timing.registry import PROVIDERS, TimerFactory, make_timer
 
 
 @attrs.frozen
@@ -71,6 +75,19 @@ class Engine(abc.ABC):
     MODES: ClassVar[tuple[str, ...]] = ("aggregated",)
     DESCRIPTION: ClassVar[str] = ""
     Options: ClassVar[type[Any]] = NoOptions
+    # What the engine replays with, handed to it by the plugin registry that made it (the
+    # built-ins for an engine made directly): the registered backends' policies and timing
+    # providers. Read them through :meth:`timer` and :meth:`backend`.
+    backends: Mapping[str, Backend] = BUILTIN_BACKENDS
+    timing_providers: Mapping[str, TimerFactory] = PROVIDERS
+
+    def timer(self, role: RoleArgs) -> StepTimer:
+        """The step timer ``role`` asks for, from the registered timing providers."""
+        return make_timer(role, self.timing_providers, self.backends)
+
+    def backend(self, role: RoleArgs) -> Backend:
+        """The policy of ``role``'s backend (the payload check refused an unknown one)."""
+        return policy_of(role.backend, self.backends)
 
     @classmethod
     def structure_options(cls, data: Any) -> tuple[Any, list[Diagnostic]]:
@@ -108,7 +125,8 @@ class Engine(abc.ABC):
         so a hand-written payload is held to the same rules. Overrides should extend
         ``super().validate_payload(payload)``.
         """
-        out = check_deployment(payload.mode, payload.roles, payload.kv_transfer)
+        out = check_deployment(payload.mode, payload.roles, payload.kv_transfer,
+                               self.backends)
         out.extend(check_sla(payload.sla))
         out.extend(check_prices(payload.gpu_hour_usd, payload.roles))
         if payload.mode not in self.MODES:

@@ -31,7 +31,8 @@ class VllmEngine(Engine):
 
         role = payload.roles["aggregated"]
         stats = replay_aggregated(role, workload, sink, progress=progress,
-                                  bulk_decode=self.bulk_decode)
+                                  bulk_decode=self.bulk_decode, timer=self.timer(role),
+                                  policy=self.backend(role))
         seconds = stats.end_ms / 1000.0
         return ReplayResult(end_ms=stats.end_ms, gpu_seconds={"aggregated": seconds * role.gpus},
                             passes=stats.passes, extra=stats.speculation)
@@ -50,7 +51,7 @@ class DisaggEngine(Engine):
         from servesim.engines.disagg.engine import replay_payload_roles
 
         return replay_payload_roles(payload, workload, sink, progress=progress,
-                                    bulk_decode=self.bulk_decode)
+                                    bulk_decode=self.bulk_decode, engine=self)
 
 
 @hookimpl

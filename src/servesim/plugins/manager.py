@@ -318,7 +318,10 @@ class EngineRegistry:
         if entry is None:
             return None
         with self.guard(name, f"{entry[0].__qualname__}()"):
-            return entry[0]()
+            engine = entry[0]()
+        # what the engine replays with: this registry's backends and timing providers
+        engine.backends, engine.timing_providers = self.backends, self.timing_providers
+        return engine
 
     def engine_class(self, name: str) -> type[Engine] | None:
         entry = self._engines.get(name)
@@ -402,9 +405,9 @@ class EngineRegistry:
         if source.kind == "builtin":
             return factory
 
-        def make(role: RoleArgs, *options: Any) -> StepTimer:
+        def make(role: RoleArgs, **offered: Any) -> StepTimer:
             with reported_as(source, f"timing provider {name!r}"):
-                timer = factory(role, *options)
+                timer = factory(role, **offered)
             missing = [m for m in ("prefill_ms", "decode_ms") if not callable(
                 getattr(timer, m, None))]
             if missing:
@@ -414,6 +417,7 @@ class EngineRegistry:
             guard = _GuardedFrontEndTimer if hasattr(timer, "request_ms") else _GuardedTimer
             return guard(timer, source, f"timing provider {name!r}")
 
+        make.__wrapped__ = factory  # type: ignore[attr-defined]  # its keywords are the factory's
         with reported_as(source, f"timing provider {name!r} Options"):
             options = getattr(factory, "Options", None)
         return with_options(options)(make) if options is not None else make

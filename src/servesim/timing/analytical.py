@@ -84,6 +84,7 @@ from typing import Any
 import attrs
 
 from servesim import backends, codes
+from servesim.backends import Backend
 from servesim.catalog import (
     CatalogError,
     GpuSpec,
@@ -710,7 +711,10 @@ class AnalyticalTimer:
         "geometry",
     )
 
-    def __init__(self, geometry: StepGeometry, constants: AnalyticalConstants) -> None:
+    def __init__(self, geometry: StepGeometry, constants: AnalyticalConstants,
+                 backend: Backend | None = None) -> None:
+        """``backend``: the policy of ``geometry.backend`` (by default the built-in of that
+        name), whose ``perf_backend`` picks the overhead constants."""
         self.geometry = geometry
         self.constants = constants
         c = constants
@@ -730,8 +734,11 @@ class AnalyticalTimer:
         self._ar_s = c.allreduce_us * 1e-6
         self._expert_s = c.expert_us * 1e-6
         self._pair_bytes = g.hidden * ACT_BYTES * c.moe_act_passes
+        policy = backend or backends.policy(g.backend)
         try:
-            self._over = c.overheads(backends.policy_of(g.backend).perf_backend)
+            if policy is None:
+                raise KeyError(g.backend)
+            self._over = c.overheads(policy.perf_backend)
         except KeyError:
             raise ReplayError([Diagnostic(
                 code=codes.TIMING_UNSUPPORTED,
@@ -739,8 +746,7 @@ class AnalyticalTimer:
                 f"(known: {', '.join(sorted(c.backends))})")]) from None
         # a pass with prompt work is a whole forward on prefill workers and on SGLang,
         # which never mixes it with decode steps; else the prompt adds to a decode forward
-        self._standalone = g.worker_type == "prefill" or backends.policy_of(
-            g.backend).standalone_prefill_pricing
+        self._standalone = g.worker_type == "prefill" or policy.standalone_prefill_pricing
         self._classes = g.classes
         self._weight_floor_s = self._gemm_s(1, 1)
         # every layer's overhead in each forward pass and in a request's set-up, MoE
@@ -1014,10 +1020,11 @@ def _role_path(role: RoleArgs) -> tuple[str, ...]:
 
 
 def timer_from_role(
-    role: RoleArgs, *, constants: AnalyticalConstants | None = None
+    role: RoleArgs, *, constants: AnalyticalConstants | None = None,
+    backend: Backend | None = None,
 ) -> AnalyticalTimer:
     """The analytical timer of ``role`` (model and GPU from the catalog, weight precision
-    from ``role.timing``)."""
+    from ``role.timing``; ``backend``: its backend's policy, by default the built-in's)."""
     path = _role_path(role)
     try:
         model = load_model(role.model)
@@ -1050,4 +1057,4 @@ def timer_from_role(
         speculative_tokens=role.speculation.num_speculative_tokens if role.speculation else 0,
         path=path,
     )
-    return AnalyticalTimer(geometry, constants or load_constants())
+    return AnalyticalTimer(geometry, constants or load_constants(), backend)

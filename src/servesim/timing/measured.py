@@ -50,6 +50,7 @@ from typing import Any
 import attrs
 
 from servesim import backends, codes
+from servesim.backends import Backend
 from servesim.errors import Diagnostic, ReplayError
 from servesim.files import MiB, Unreadable, read_bounded
 from servesim.payload import RoleArgs
@@ -221,8 +222,9 @@ def _package_version() -> str:
         return "unknown"
 
 
-def _engine(role: RoleArgs) -> tuple[Engine, str]:
-    """The package's compiled engine of ``role`` and the backend version it resolved."""
+def _engine(role: RoleArgs, perf_backend: str) -> tuple[Engine, str]:
+    """The package's compiled engine of ``role`` (priced as ``perf_backend``'s) and the backend
+    version it resolved."""
     import aiconfigurator_core
     from aiconfigurator_core.sdk.engine import compile_engine
 
@@ -230,7 +232,7 @@ def _engine(role: RoleArgs) -> tuple[Engine, str]:
     spec = role.speculation
     try:
         blob = compile_engine(
-            role.model, role.hardware, backends.policy_of(role.backend).perf_backend,
+            role.model, role.hardware, perf_backend,
             t.backend_version,
             tp_size=role.tensor, pp_size=role.pipeline, attention_dp_size=role.attention_data,
             moe_tp_size=role.moe_tensor, moe_ep_size=role.moe_expert,
@@ -272,10 +274,10 @@ def _quiet() -> Iterator[None]:
         log.setLevel(level)
 
 
-def build_grid(role: RoleArgs, axes: Axes) -> MeasuredGrid:
+def build_grid(role: RoleArgs, axes: Axes, perf_backend: str) -> MeasuredGrid:
     """Ask the package for every point of ``axes`` (:class:`NotCovered` on a gap)."""
     with _quiet():
-        engine, version = _engine(role)
+        engine, version = _engine(role, perf_backend)
         decode = tuple(_query(engine.predict_decode_latency, b, c, 2)
                        for b in axes.batch for c in axes.context)
         prefill = tuple(_query(engine.predict_prefill_latency, b, p + n, p)
@@ -334,7 +336,7 @@ def _write_cached(path: Path, grid: MeasuredGrid) -> None:
 _GRIDS: dict[str, MeasuredGrid | NotCovered] = {}  # per process: one build per role shape
 
 
-def grid_for(role: RoleArgs) -> MeasuredGrid:
+def grid_for(role: RoleArgs, backend: Backend | None = None) -> MeasuredGrid:
     """The role's grid: from this process's memory, the disk cache, or the package."""
     axes = Axes.for_role(role)
     key = grid_key(role, axes)
@@ -347,7 +349,8 @@ def grid_for(role: RoleArgs) -> MeasuredGrid:
     grid = _read_cached(path)
     if grid is None or grid.axes != axes:
         try:
-            grid = build_grid(role, axes)
+            grid = build_grid(role, axes, (backend or backends.policy_of(role.backend)
+                                           ).perf_backend)
         except NotCovered as exc:
             _GRIDS[key] = exc
             raise
@@ -365,17 +368,18 @@ def _missing_extra(role: RoleArgs) -> ReplayError:
         hint=f"{EXTRA}, or use timing.type = \"default\"")])
 
 
-def measured_timer(role: RoleArgs) -> MeasuredTimer:
-    """The measured timer of ``role`` (see the module docstring)."""
+def measured_timer(role: RoleArgs, backend: Backend | None = None) -> MeasuredTimer:
+    """The measured timer of ``role``, whose backend's policy is ``backend`` (by default the
+    built-in of its name; see the module docstring)."""
     try:
         import aiconfigurator_core  # noqa: F401
     except ImportError:
         raise _missing_extra(role) from None
-    analytical = timer_from_role(role)
-    standalone = role.worker_type == "prefill" or backends.policy_of(
-        role.backend).standalone_prefill_pricing
+    policy = backend or backends.policy_of(role.backend)
+    analytical = timer_from_role(role, backend=policy)
+    standalone = role.worker_type == "prefill" or policy.standalone_prefill_pricing
     try:
-        grid = grid_for(role)
+        grid = grid_for(role, policy)
     except NotCovered as exc:
         note = Diagnostic(
             code=codes.TIMING_FALLBACK, severity="warning",
@@ -388,15 +392,18 @@ def measured_timer(role: RoleArgs) -> MeasuredTimer:
     return MeasuredTimer(grid, analytical, standalone=standalone)
 
 
-def measured_notes(roles: Mapping[str, RoleArgs]) -> tuple[dict[str, str], list[Diagnostic]]:
-    """For the roles priced by measured timing: where each one's prices come from (for the
-    report) and the warnings of those the tables do not cover."""
+def measured_notes(roles: Mapping[str, RoleArgs],
+                   known: Mapping[str, Backend] = backends.BUILTIN,
+                   ) -> tuple[dict[str, str], list[Diagnostic]]:
+    """For the roles priced by measured timing (``known``: the registered backends): where
+    each one's prices come from (for the report) and the warnings of those the tables do not
+    cover."""
     sources: dict[str, str] = {}
     warnings: list[Diagnostic] = []
     for name, role in sorted(roles.items()):
         if role.timing.type != "measured":
             continue
-        timer = measured_timer(role)
+        timer = measured_timer(role, backends.policy_of(role.backend, known))
         sources[name] = timer.source
         if timer.fallback is not None:
             warnings.append(timer.fallback)

@@ -6,15 +6,15 @@ analytical default model, measured tables) is one more entry with the same signa
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
-from contextvars import ContextVar
+import inspect
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, TypeVar
 
 import attrs
 
-from servesim import codes
+from servesim import backends, codes
+from servesim.backends import Backend
 from servesim.errors import Diagnostic, ReplayError
 from servesim.payload import RoleArgs
 from servesim.rules import role_path, timing_values
@@ -38,6 +38,14 @@ def with_options(options: type) -> Callable[[OptionsT], OptionsT]:
         return factory
 
     return mark
+
+
+def _names(factory: TimerFactory, parameter: str) -> bool:
+    """Whether ``factory`` takes a keyword ``parameter`` (a wrapper is seen through)."""
+    try:
+        return parameter in inspect.signature(factory).parameters
+    except (TypeError, ValueError):  # no signature to read: it takes the role only
+        return False
 
 
 def options_class(factory: TimerFactory) -> type | None:
@@ -84,16 +92,16 @@ def _polynomial(role: RoleArgs) -> StepTimer:
     return PolynomialTimer()
 
 
-def _default(role: RoleArgs) -> StepTimer:
+def _default(role: RoleArgs, backend: Backend) -> StepTimer:
     from servesim.timing.analytical import timer_from_role
 
-    return timer_from_role(role)
+    return timer_from_role(role, backend=backend)
 
 
-def _measured(role: RoleArgs) -> StepTimer:
+def _measured(role: RoleArgs, backend: Backend) -> StepTimer:
     from servesim.timing.measured import measured_timer
 
-    return measured_timer(role)
+    return measured_timer(role, backend)
 
 
 def _table(role: RoleArgs) -> StepTimer:
@@ -127,25 +135,14 @@ PROVIDERS: Mapping[str, TimerFactory] = MappingProxyType(
 )
 
 
-# Providers registered by plugins for the replay in progress (set by servesim.replay);
-# a context variable, so concurrent replays with different registries do not mix.
-_ACTIVE: ContextVar[Mapping[str, TimerFactory] | None] = ContextVar(
-    "servesim_timing_providers", default=None)
+def make_timer(role: RoleArgs, providers: Mapping[str, TimerFactory] = PROVIDERS,
+               known: Mapping[str, Backend] = backends.BUILTIN) -> StepTimer:
+    """The step timer of ``role`` from ``providers`` (a plugin registry's
+    ``timing_providers``; the built-ins by default), ``known`` being the registered
+    backends; a :class:`ReplayError` if its provider is unavailable.
 
-
-@contextmanager
-def use_providers(providers: Mapping[str, TimerFactory]) -> Iterator[None]:
-    """Within the block, :func:`make_timer` looks up ``providers`` (a plugin registry's)."""
-    token = _ACTIVE.set(providers)
-    try:
-        yield
-    finally:
-        _ACTIVE.reset(token)
-
-
-def make_timer(role: RoleArgs) -> StepTimer:
-    """The step timer of ``role``; a :class:`ReplayError` if its provider is unavailable."""
-    providers = _ACTIVE.get() or PROVIDERS
+    The factory is called with the role and, by keyword, what it names of ``options`` (its
+    own, see :func:`with_options`) and ``backend`` (the role's backend policy)."""
     factory = providers.get(role.timing.type)
     if factory is None:
         message = f"unknown timing type {role.timing.type!r}; expected one of " + ", ".join(
@@ -159,7 +156,8 @@ def make_timer(role: RoleArgs) -> StepTimer:
     options, problems = provider_options(factory, role.timing.type, role.timing.options, path)
     if problems:
         raise ReplayError(problems)
-    timer = factory(role) if options_class(factory) is None else factory(role, options)
+    offered = {"options": options, "backend": backends.policy(role.backend, known)}
+    timer = factory(role, **{k: v for k, v in offered.items() if _names(factory, k)})
     if role.timing.calibration is None:
         return timer
     from servesim.timing.calibration import CalibratedTimer

@@ -12,7 +12,6 @@ from servesim.engines.base import Engine, Progress, ReplayResult, Sink, option
 from servesim.engines.kernel.requests import Workload
 from servesim.errors import Diagnostic
 from servesim.payload import Payload
-from servesim.timing import make_timer
 from servesim_static_batch.batching import StaticBatchReplay
 
 
@@ -55,7 +54,7 @@ class StaticBatchEngine(Engine):
     def replay(self, payload: Payload, workload: Workload, sink: Sink, *,
                progress: Progress | None = None) -> ReplayResult:
         role = payload.roles["aggregated"]
-        run = StaticBatchReplay(role, self.options(payload), make_timer(role), workload, sink,
+        run = StaticBatchReplay(role, self.options(payload), self.timer(role), workload, sink,
                                 progress)
         run.run_loop()
         mean = run.batched / run.batches if run.batches else 0.0

@@ -47,7 +47,7 @@ from servesim.workloads.lengths import LengthDistribution
 def parse(source: SourceText, ctx: CompileContext) -> ParsedConfig:
     """Parse and type-check a config document; raise CompileError with every problem."""
     data = load_toml(source)
-    cfg, diags = structure(make_converter(), data, ParsedConfig)
+    cfg, diags = structure(make_converter(ctx.registry.backends), data, ParsedConfig)
     if cfg is None:
         raise CompileError([_staged(d) for d in diags])
     diags = check_limits(cfg) + list(check_shape(cfg)) \

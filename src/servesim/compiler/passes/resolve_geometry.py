@@ -23,6 +23,7 @@ from typing import Any, Literal, TypeVar
 import attrs
 
 from servesim import backends, catalog, codes, geometry, limits
+from servesim.backends import Backend
 from servesim.compiler.context import CompileContext
 from servesim.compiler.model.parsed import (
     Capacity,
@@ -112,7 +113,8 @@ def resolve_geometry(cfg: ParsedConfig, ctx: CompileContext) -> ResolvedConfig:
         rec.note(("engine", "options", key), "authored" if was_authored else "defaulted")
     backend: str = rec.take(("engine",), e, "backend")
     model = _model(rec, e, ctx.base_dir)
-    roles, metadata = _roles(rec, e, backend, model, ctx.base_dir,
+    roles, metadata = _roles(rec, e, backends.policy_of(backend, ctx.registry.backends),
+                             model, ctx.base_dir,
                              resolve_timing_options(cfg, ctx))
     kv_transfer = _kv_transfer(rec, e, roles) if mode == "disaggregated" else None
     workload = _workload(rec, cfg.traffic, ctx.base_dir)
@@ -143,7 +145,7 @@ def _model(rec: _Recorder, e: Engine, base_dir: PathLike | None) -> catalog.Mode
     return model
 
 
-def _roles(rec: _Recorder, e: Engine, backend: str, model: catalog.ModelInfo | None,
+def _roles(rec: _Recorder, e: Engine, policy: Backend, model: catalog.ModelInfo | None,
            base_dir: PathLike | None, timing_options: dict[str, dict[str, Any] | None],
            ) -> tuple[dict[str, RoleArgs], dict[str, Any]]:
     """Every configured role's engine arguments, and its sizing metadata."""
@@ -163,7 +165,7 @@ def _roles(rec: _Recorder, e: Engine, backend: str, model: catalog.ModelInfo | N
         if model is None or gpu is None:
             continue
         role, meta = _resolve_role(
-            rec, _Role(name, worker, e, backend, model, gpu, path, base_dir,
+            rec, _Role(name, worker, e, policy, model, gpu, path, base_dir,
                        timing_options[name]), speculation,
             weights)
         if role is not None:
@@ -285,12 +287,16 @@ class _Role:
     name: str
     worker: Worker
     engine: Engine
-    backend: str
+    policy: Backend  # the registered backend's
     model: catalog.ModelInfo
     gpu: catalog.GpuSpec
     path: Path
     base_dir: PathLike | None = None
     timing_options: dict[str, Any] | None = None  # the provider's, defaults applied
+
+    @property
+    def backend(self) -> str:
+        return self.policy.NAME
 
 
 @attrs.frozen
@@ -353,13 +359,13 @@ def _parallelism(rec: _Recorder, role: _Role) -> dict[str, int]:
 
 def _scheduler(rec: _Recorder, role: _Role, attention_data: int) -> dict[str, Any]:
     """The scheduler section's RoleArgs fields (and chunked prefill, an engine key)."""
-    name, backend, path = role.name, role.backend, role.path
+    name, path = role.name, role.path
     sch = role.worker.scheduler or Scheduler()
     sp: Path = (*path, "scheduler")
     max_batched_tokens = rec.pick(
         (*sp, "max_batched_tokens"), sch.max_batched_tokens,
-        backends.policy_of(backend).default_token_budget(attention_data),
-        backends.policy_of(backend).token_budget_note)
+        role.policy.default_token_budget(attention_data),
+        role.policy.token_budget_note)
     max_sequences = rec.pick((*sp, "max_sequences"), sch.max_sequences,
                              1 if name == "prefill" else default_of(Scheduler, "max_sequences"),
                              "1 for the prefill role" if name == "prefill" else None)
@@ -408,7 +414,7 @@ def _kv_geometry(rec: _Recorder, role: _Role, shape: dict[str, int],
         return _KvGeometry(inf.block_size, inf.bytes_per_token, inf.bytes_per_request,
                            inf.raw_bytes_per_request, "inferred")
     block_size = rec.pick((*kp, "block_size"), kv.block_size,
-                          backends.policy_of(backend).default_block_size,
+                          role.policy.default_block_size,
                           f"{backend} default")
     if isinstance(kv.bytes_per_token, int):
         bytes_per_token = kv.bytes_per_token
@@ -448,11 +454,11 @@ def _capacity(rec: _Recorder, role: _Role, shape: dict[str, int], max_batched_to
         rec.note((*kp, "num_gpu_blocks"), "derived", formula)
         return num_blocks
     fraction = rec.pick((*cpath, "memory_fraction"), cap.memory_fraction,
-                        backends.policy_of(backend).default_memory_fraction,
+                        role.policy.default_memory_fraction,
                         f"{backend} default")
     try:
         num_blocks, breakdown, formula = geometry.default_kv_blocks(
-            model, gpu, backend=backend, tensor=shape["tensor"],
+            model, gpu, backend=role.policy, tensor=shape["tensor"],
             pipeline=shape["pipeline"], moe_tensor=shape["moe_tensor"],
             moe_expert=shape["moe_expert"], max_batched_tokens=max_batched_tokens,
             memory_fraction=fraction,
@@ -507,7 +513,7 @@ def _context(rec: _Recorder, role: _Role) -> int | None:
     if isinstance(ctx_len, int):
         max_model_len: int | None = ctx_len
         rec.note((*path, "max_model_len"), "authored", "engine.context_length")
-    elif backends.policy_of(backend).context_max_from_model:
+    elif role.policy.context_max_from_model:
         max_model_len = model.max_position_embeddings
         rec.note((*path, "max_model_len"), "derived",
                  f"context_length = \"max\": the model's max_position_embeddings "

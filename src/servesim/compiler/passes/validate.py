@@ -23,7 +23,7 @@ from servesim.sweep.pricing import check_prices
 
 def validate(cfg: ResolvedConfig, ctx: CompileContext) -> ValidatedConfig:
     p = cfg.payload
-    diags = check_deployment(p.mode, p.roles, p.kv_transfer) \
+    diags = check_deployment(p.mode, p.roles, p.kv_transfer, ctx.registry.backends) \
         + check_prices(p.gpu_hour_usd, p.roles)
     if diags:
         raise CompileError([attrs.evolve(d, stage="validate") for d in diags])

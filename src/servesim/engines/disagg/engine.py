@@ -48,7 +48,8 @@ import attrs
 from mypy_extensions import mypyc_attr
 
 from servesim import backends
-from servesim.engines.base import ReplayResult
+from servesim.backends import Backend
+from servesim.engines.base import Engine, ReplayResult
 from servesim.engines.disagg.ranks import DecodeRank, DestinationRejected, PrefillRank
 from servesim.engines.disagg.transfer import transfer_delay_ms
 from servesim.engines.kernel.events import PHASE_TRANSFER
@@ -150,6 +151,7 @@ class DisaggReplay(PassReplay[PoolWorker]):
         prefill_timer: StepTimer | None = None,
         decode_timer: StepTimer | None = None,
         bulk_decode: bool = True,
+        policy: Backend | None = None,
     ) -> None:
         super().__init__(workload, sink, progress, bulk_decode=bulk_decode)
         self.prefill_role = prefill
@@ -162,14 +164,16 @@ class DisaggReplay(PassReplay[PoolWorker]):
         pdp, ddp = prefill.attention_data, decode.attention_data
         self.prefill_workers = [
             PoolWorker(pool="prefill", index=w, key=w,
-                       ranks=[PrefillRank(prefill, pt, w * pdp + r) for r in range(pdp)])
+                       ranks=[PrefillRank(prefill, pt, w * pdp + r, policy)
+                              for r in range(pdp)])
             for w in range(prefill.replicas)
         ]
         n = len(self.prefill_workers)
         # rank_offset (the rank's global index in its pool) seeds speculative bursts.
         self.decode_workers = [
             PoolWorker(pool="decode", index=w, key=n + w,
-                       ranks=[DecodeRank(decode, dt, w * ddp + r) for r in range(ddp)])
+                       ranks=[DecodeRank(decode, dt, w * ddp + r, policy)
+                              for r in range(ddp)])
             for w in range(decode.replicas)
         ]
         self.flights: dict[int, Flight] = {}
@@ -177,7 +181,9 @@ class DisaggReplay(PassReplay[PoolWorker]):
         self.dirty: dict[PoolWorker, None] = {}
         self.next_prefill = 0
         self.next_decode = 0
-        self.destination_first = backends.policy_of(decode.backend).destination_first
+        # one backend serves both pools (the payload check refuses two)
+        self.destination_first = (policy or backends.policy_of(decode.backend)
+                                  ).destination_first
         self.transfers = 0
         self.transfer_ms = 0.0
         self._all_workers = [*self.prefill_workers, *self.decode_workers]
@@ -458,17 +464,24 @@ def replay_disaggregated(
     *,
     progress: Callable[[float], None] | None = None,
     bulk_decode: bool = True,
+    timers: tuple[StepTimer, StepTimer] | None = None,
+    policy: Backend | None = None,
 ) -> DisaggStats:
     """Replay ``workload`` on a prefill pool and a decode pool; every request that arrives
     is sent to ``sink`` exactly once, when it becomes terminal (or at the end, as
-    incomplete). ``progress`` (if given) receives the virtual time now and then."""
+    incomplete). ``progress`` (if given) receives the virtual time now and then;
+    ``timers`` (prefill's, decode's) and ``policy`` (the backend's) default to the
+    built-ins'."""
+    pt, dt = timers or (None, None)
     return DisaggReplay(prefill, decode, kv_transfer, workload, sink, progress,
-                        bulk_decode=bulk_decode).run()
+                        prefill_timer=pt, decode_timer=dt, bulk_decode=bulk_decode,
+                        policy=policy).run()
 
 
 def replay_payload_roles(payload: Payload, workload: Workload, sink: Sink, *,
                          progress: Callable[[float], None] | None = None,
-                         bulk_decode: bool = True) -> ReplayResult:
+                         bulk_decode: bool = True,
+                         engine: Engine | None = None) -> ReplayResult:
     """The built-in ``disagg`` engine's replay of a checked payload.
 
     The report gains ``prefill_worker_seconds`` and ``decode_worker_seconds`` (every worker
@@ -477,8 +490,11 @@ def replay_payload_roles(payload: Payload, workload: Workload, sink: Sink, *,
     (prefill_worker_s * prefill GPUs/worker + decode_worker_s * decode GPUs/worker) / 3600.
     """
     prefill, decode = payload.roles["prefill"], payload.roles["decode"]
+    # the engine's timing providers and backends (the built-ins without one)
+    timers = (engine.timer(prefill), engine.timer(decode)) if engine is not None else None
     stats = replay_disaggregated(prefill, decode, payload.kv_transfer, workload, sink,
-                                 progress=progress, bulk_decode=bulk_decode)
+                                 progress=progress, bulk_decode=bulk_decode, timers=timers,
+                                 policy=engine.backend(decode) if engine is not None else None)
     p_s, d_s = stats.prefill_worker_seconds, stats.decode_worker_seconds
     return ReplayResult(
         end_ms=stats.end_ms,

@@ -25,6 +25,7 @@ from typing import Any
 
 import attrs
 
+from servesim.backends import Backend
 from servesim.engines.kernel.rank import RUNNING, WAITING
 from servesim.engines.kernel.requests import RequestRecord, RequestSpec
 from servesim.engines.kernel.state import RequestState
@@ -55,8 +56,9 @@ class _NoDecodeTimer:
 class PrefillRank(RankScheduler):
     """A prefill-worker rank: decode time 0, finished requests hold their KV (the source)."""
 
-    def __init__(self, role: RoleArgs, timer: StepTimer, rank_offset: int = 0) -> None:
-        super().__init__(role, _NoDecodeTimer(timer), rank_offset)
+    def __init__(self, role: RoleArgs, timer: StepTimer, rank_offset: int = 0,
+                 policy: Backend | None = None) -> None:
+        super().__init__(role, _NoDecodeTimer(timer), rank_offset, policy)
         # Finished requests whose KV is still needed by a transfer, in finishing order.
         self.held: dict[SeqState, None] = {}
 
@@ -92,8 +94,9 @@ class DestinationRejected(Exception):
 class DecodeRank(RankScheduler):
     """A decode-worker rank: destinations are reserved, activated, then admitted."""
 
-    def __init__(self, role: RoleArgs, timer: StepTimer, rank_offset: int = 0) -> None:
-        super().__init__(role, timer, rank_offset)
+    def __init__(self, role: RoleArgs, timer: StepTimer, rank_offset: int = 0,
+                 policy: Backend | None = None) -> None:
+        super().__init__(role, timer, rank_offset, policy)
         self.reserved: dict[SeqState, None] = {}  # blocks reserved, KV in transfer
         # the engine's requests handed to this rank, queued in order to reserve a destination
         self.handoffs: list[Any] = []

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from servesim import backends
+from servesim.backends import Backend
 from servesim.engines.kernel.blocks import BlockPool
 from servesim.engines.kernel.rank import FINISHED, RUNNING, WAITING
 from servesim.engines.kernel.requests import RequestRecord, RequestSpec
@@ -187,7 +188,8 @@ class RankScheduler:
     """The scheduler of one attention-DP rank, with its own block pool (a
     :class:`servesim.engines.kernel.rank.Rank`)."""
 
-    def __init__(self, role: RoleArgs, timer: StepTimer, rank_offset: int = 0) -> None:
+    def __init__(self, role: RoleArgs, timer: StepTimer, rank_offset: int = 0,
+                 policy: Backend | None = None) -> None:
         """``rank_offset`` (the rank's global index) offsets the speculation seed."""
         self.role = role
         self.timer = timer
@@ -224,7 +226,7 @@ class RankScheduler:
         # passes, admits a prompt only beside a share of the running requests' remaining
         # output (new_token_ratio), and retracts the requests with the least output when a
         # decode step does not fit.
-        policy = backends.policy_of(role.backend)
+        policy = policy or backends.policy_of(role.backend)  # the built-in, by default
         self.no_evict = policy.no_evict
         self.separate_prefill = policy.separate_prefill
         self.ratio: NewTokenRatio | None = None

@@ -21,6 +21,7 @@ from typing import Any, cast
 
 from mypy_extensions import mypyc_attr
 
+from servesim.backends import Backend
 from servesim.engines.kernel.passes import PassEnd, PassReplay, PassWorker
 from servesim.engines.kernel.rank import Seq
 from servesim.engines.kernel.requests import RequestRecord, RequestSpec, Workload
@@ -76,13 +77,14 @@ class AggregatedReplay(PassReplay[Worker]):
         progress: Callable[[float], None] | None,
         *,
         bulk_decode: bool = True,
+        policy: Backend | None = None,
     ) -> None:
         super().__init__(workload, sink, progress, bulk_decode=bulk_decode)
         self.role = role
         self.front_end = front_end(timer, ("engine", "workers", role.worker_type, "timing"))
         dp = role.attention_data
         self._workers = [
-            Worker(index=w, key=w, ranks=[RankScheduler(role, timer, rank_offset=w * dp + r)
+            Worker(index=w, key=w, ranks=[RankScheduler(role, timer, w * dp + r, policy)
                                           for r in range(dp)])
             for w in range(role.replicas)
         ]
@@ -175,6 +177,8 @@ def replay_aggregated(
     *,
     progress: Callable[[float], None] | None = None,
     bulk_decode: bool = True,
+    timer: StepTimer | None = None,
+    policy: Backend | None = None,
 ) -> ReplayStats:
     """Replay ``workload`` on ``role.replicas`` vLLM workers; every request that arrives is
     sent to ``sink`` exactly once, when it becomes terminal (or at the end, as incomplete).
@@ -182,10 +186,11 @@ def replay_aggregated(
     Open-loop requests are pulled lazily from ``workload.start()``; requests released by
     ``workload.on_terminal`` join the same event queue. ``progress`` (if given) receives
     the current virtual time in ms now and then and once at the end. ``bulk_decode=False``
-    steps every pass (the reference mode; same results, slower).
+    steps every pass (the reference mode; same results, slower). ``timer`` and ``policy``
+    (the role's step timer and backend policy) default to the built-ins'.
     """
-    run = AggregatedReplay(role, make_timer(role), workload, sink, progress,
-                           bulk_decode=bulk_decode)
+    run = AggregatedReplay(role, timer or make_timer(role), workload, sink, progress,
+                           bulk_decode=bulk_decode, policy=policy)
     return run.run()
 
 
