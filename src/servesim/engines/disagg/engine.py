@@ -316,7 +316,7 @@ class DisaggReplay(PassReplay[PoolWorker]):
         return False
 
     def _stamp(self, seq: Seq) -> Any:
-        return self.flights[cast(SeqState, seq).spec.request_id].record.token_times
+        return self.flights[seq.spec.request_id].record.token_times
 
     def _end_pass(self, worker: PoolWorker) -> None:
         end = self.now

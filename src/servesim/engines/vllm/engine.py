@@ -25,7 +25,7 @@ from servesim.backends import Backend
 from servesim.engines.kernel.passes import PassEnd, PassReplay, PassWorker
 from servesim.engines.kernel.rank import Seq
 from servesim.engines.kernel.requests import RequestRecord, RequestSpec, Workload
-from servesim.engines.ranks.scheduler import RankPass, RankScheduler, SeqState
+from servesim.engines.ranks.scheduler import RankPass, RankScheduler
 from servesim.payload import RoleArgs
 from servesim.timing import StepTimer, make_timer
 from servesim.timing.base import front_end
@@ -118,7 +118,7 @@ class AggregatedReplay(PassReplay[Worker]):
                 self._start_pass(worker)
 
     def _stamp(self, seq: Seq) -> Any:
-        return cast(SeqState, seq).record.token_times
+        return seq.record.token_times
 
     def _touch_horizon(self, worker: Worker) -> float:
         # The next arrival goes to ``next_worker``; the heap may hold earlier ones.
