@@ -97,7 +97,9 @@ def servesim_register_timing_providers() -> Mapping[str, TimerFactory]:
     """Return step-time providers by ``timing.type`` name.
 
     A factory is called with the role's :class:`~servesim.payload.RoleArgs` when a
-    replay starts (``factory(role)``) and returns a
+    replay starts (``factory(role)``, and by keyword the ``options`` and ``backend`` it
+    names: its own options, see :func:`servesim.timing.with_options`, and the role's
+    backend policy) and returns a
     :class:`~servesim.timing.base.StepTimer`. It may raise
     :class:`~servesim.errors.ReplayError` with diagnostics located at
     ``engine.workers.<role>.timing``. The names become valid values of

@@ -29,8 +29,9 @@ OptionsT = TypeVar("OptionsT")
 
 def with_options(options: type) -> Callable[[OptionsT], OptionsT]:
     """Give a timing provider its own options: ``@with_options(MyOptions)`` on a factory
-    ``factory(role, options)``. ``MyOptions`` is an attrs class whose fields (each with a
-    default; ranges with :func:`servesim.engines.base.option`) are the keys of
+    ``factory(role, options)`` (the parameter named ``options``: it is passed by keyword).
+    ``MyOptions`` is an attrs class whose fields (each with a default; ranges with
+    :func:`servesim.engines.base.option`) are the keys of
     ``[engine.workers.<role>.timing.options]``."""
 
     def mark(factory: OptionsT) -> OptionsT:
