@@ -204,6 +204,21 @@ def _duplicate(kind: str, name: str, first: PluginSource, second: PluginSource) 
         f"({DISABLE_AUTOLOAD_ENV}=1) and pick plugins with --plugin")])
 
 
+def _subclasses(pm: pluggy.PluginManager, hook: str, base: type[Any],
+                sources: Mapping[str, PluginSource]) -> Iterator[tuple[PluginSource, Any]]:
+    """The ``base`` subclasses each plugin's ``hook`` returns, checked to be a list of them."""
+    for source, classes in _call_each(pm, hook, sources):
+        if not isinstance(classes, list | tuple):
+            raise _bad_registration(source, hook, f"returned {classes!r:.60}, expected a "
+                                    f"list of {base.__name__} subclasses")
+        for cls in classes:
+            if not (isinstance(cls, type) and issubclass(cls, base)):
+                article = "an" if base.__name__[0] in "AEIOU" else "a"
+                raise _bad_registration(source, hook, f"returned {cls!r}, not {article} "
+                                        f"{base.__name__} subclass")
+            yield source, cls
+
+
 def _bad_registration(source: PluginSource, hook: str, message: str) -> PluginError:
     return PluginError([Diagnostic(code=codes.PLUGIN_BAD_REGISTRATION,
                                    location=f"plugin {source.label()}",
@@ -235,29 +250,22 @@ class EngineRegistry:
         sources = plugin_sources(pm)
         engines: dict[str, tuple[type[Engine], str]] = {}
         hook = "servesim_register_engines"
-        for source, classes in _call_each(pm, hook, sources):
-            if not isinstance(classes, list | tuple):
-                raise _bad_registration(source, hook, f"returned {classes!r:.60}, expected a "
-                                        "list of Engine subclasses")
-            for engine_cls in classes:
-                if not (isinstance(engine_cls, type) and issubclass(engine_cls, Engine)):
-                    raise _bad_registration(source, hook, f"returned {engine_cls!r}, not an "
-                                            "Engine subclass")
-                with reported_as(source, f"{engine_cls.__qualname__} attributes"):
-                    name = getattr(engine_cls, "NAME", None)
-                    modes = getattr(engine_cls, "MODES", None)
-                    description = getattr(engine_cls, "DESCRIPTION", None)
-                if not isinstance(name, str) or not name:
-                    raise _bad_registration(source, hook, f"registered {engine_cls!r} "
-                                            "without a NAME")
-                if not isinstance(modes, tuple) or not all(isinstance(m, str) for m in modes) \
-                        or not isinstance(description, str):
-                    raise _bad_registration(source, hook, f"registered {engine_cls!r}, whose "
-                                            "MODES is no tuple of strings or DESCRIPTION no "
-                                            "string")
-                if name in engines:
-                    raise _duplicate("engine", name, sources[engines[name][1]], source)
-                engines[name] = (engine_cls, source.name)
+        for source, engine_cls in _subclasses(pm, hook, Engine, sources):
+            with reported_as(source, f"{engine_cls.__qualname__} attributes"):
+                name = getattr(engine_cls, "NAME", None)
+                modes = getattr(engine_cls, "MODES", None)
+                description = getattr(engine_cls, "DESCRIPTION", None)
+            if not isinstance(name, str) or not name:
+                raise _bad_registration(source, hook, f"registered {engine_cls!r} "
+                                        "without a NAME")
+            if not isinstance(modes, tuple) or not all(isinstance(m, str) for m in modes) \
+                    or not isinstance(description, str):
+                raise _bad_registration(source, hook, f"registered {engine_cls!r}, whose "
+                                        "MODES is no tuple of strings or DESCRIPTION no "
+                                        "string")
+            if name in engines:
+                raise _duplicate("engine", name, sources[engines[name][1]], source)
+            engines[name] = (engine_cls, source.name)
         timing = cls._named(pm, "servesim_register_timing_providers", "timing provider",
                             sources)
         formats = cls._named(pm, "servesim_register_trace_formats", "trace format", sources)
@@ -270,23 +278,16 @@ class EngineRegistry:
 
         out: dict[str, tuple[Backend, str]] = {}
         hook = "servesim_register_backends"
-        for source, classes in _call_each(pm, hook, sources):
-            if not isinstance(classes, list | tuple):
-                raise _bad_registration(source, hook, f"returned {classes!r:.60}, expected a "
-                                        "list of Backend subclasses")
-            for backend_cls in classes:
-                if not (isinstance(backend_cls, type) and issubclass(backend_cls, Backend)):
-                    raise _bad_registration(source, hook, f"returned {backend_cls!r}, not a "
-                                            "Backend subclass")
-                with reported_as(source, f"{backend_cls.__qualname__}()"):
-                    backend = backend_cls()
-                    name = backend.NAME
-                if not isinstance(name, str) or not name:
-                    raise _bad_registration(source, hook, f"registered {backend_cls!r} "
-                                            "without a NAME")
-                if name in out:
-                    raise _duplicate("backend", name, sources[out[name][1]], source)
-                out[name] = (backend, source.name)
+        for source, backend_cls in _subclasses(pm, hook, Backend, sources):
+            with reported_as(source, f"{backend_cls.__qualname__}()"):
+                backend = backend_cls()
+                name = backend.NAME
+            if not isinstance(name, str) or not name:
+                raise _bad_registration(source, hook, f"registered {backend_cls!r} "
+                                        "without a NAME")
+            if name in out:
+                raise _duplicate("backend", name, sources[out[name][1]], source)
+            out[name] = (backend, source.name)
         return out
 
     @staticmethod
