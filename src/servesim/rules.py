@@ -26,7 +26,9 @@ from servesim.catalog import CatalogError, load_model
 from servesim.converter import check_limits, check_limits_of_field
 from servesim.errors import Diagnostic, Path, error
 from servesim.geometry import parallel_problems, unpriced_weight_quant
-from servesim.payload import KvTransferArgs, RoleArgs, role_field_path
+from servesim.payload import KvTransferArgs, Payload, RoleArgs, role_field_path
+from servesim.sla import check_sla
+from servesim.sweep.pricing import check_prices
 
 # a rule on one resolved role, given the registered backends
 RoleRule = Callable[[RoleArgs, Path, Mapping[str, Backend]], Iterator[Diagnostic]]
@@ -247,6 +249,15 @@ ROLE_RULES: tuple[RoleRule, ...] = (
     value_limits, backend_fields, timing_values, state_cache_geometry, prefix_match_unit,
     speculation, parallelism, startup, rank_count,
 )
+
+
+def check_payload(payload: Payload,
+                  known: Mapping[str, Backend] = backends.BUILTIN) -> list[Diagnostic]:
+    """Every shared rule on a payload's resolved values (``known``: the registered
+    backends): the deployment's, the SLA's and the GPU prices'. The compiler's validate
+    pass and an engine's payload check both run this."""
+    return (check_deployment(payload.mode, payload.roles, payload.kv_transfer, known)
+            + check_sla(payload.sla) + check_prices(payload.gpu_hour_usd, payload.roles))
 
 
 def check_deployment(mode: str, roles: Mapping[str, RoleArgs],

@@ -20,9 +20,7 @@ from servesim.backends import Backend, policy_of
 from servesim.engines.kernel.requests import RequestRecord, Workload
 from servesim.errors import Diagnostic
 from servesim.payload import Payload, RoleArgs
-from servesim.rules import check_deployment
-from servesim.sla import check_sla
-from servesim.sweep.pricing import check_prices
+from servesim.rules import check_payload
 from servesim.timing.base import StepTimer
 from servesim.timing.registry import PROVIDERS, TimerFactory, make_timer
 
@@ -125,10 +123,7 @@ class Engine(abc.ABC):
         so a hand-written payload is held to the same rules. Overrides should extend
         ``super().validate_payload(payload)``.
         """
-        out = check_deployment(payload.mode, payload.roles, payload.kv_transfer,
-                               self.backends)
-        out.extend(check_sla(payload.sla))
-        out.extend(check_prices(payload.gpu_hour_usd, payload.roles))
+        out = check_payload(payload, self.backends)
         if payload.mode not in self.MODES:
             out.append(Diagnostic(code=codes.ENGINE_MODE, path=("engine", "mode"), stage="lower",
                                   message=f"engine {self.NAME!r} does not run {payload.mode} "

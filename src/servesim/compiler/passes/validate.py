@@ -17,14 +17,12 @@ import attrs
 from servesim.compiler.context import CompileContext
 from servesim.compiler.model.resolved import ResolvedConfig, ValidatedConfig
 from servesim.errors import CompileError
-from servesim.rules import check_deployment
-from servesim.sweep.pricing import check_prices
+from servesim.rules import check_payload
 
 
 def validate(cfg: ResolvedConfig, ctx: CompileContext) -> ValidatedConfig:
     p = cfg.payload
-    diags = check_deployment(p.mode, p.roles, p.kv_transfer, ctx.registry.backends) \
-        + check_prices(p.gpu_hour_usd, p.roles)
+    diags = check_payload(p, ctx.registry.backends)
     if diags:
         raise CompileError([attrs.evolve(d, stage="validate") for d in diags])
     return ValidatedConfig(cfg)
