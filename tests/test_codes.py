@@ -20,17 +20,23 @@ def declared() -> dict[str, str]:
             if name.isupper() and isinstance(value, str)}
 
 
+# the functions that take a diagnostic code, and the position of that argument
+CODE_ARGUMENT = {"error": 0, "_error": 0, "_unknown": 0, "fail": 1}
+
+
 def code_literals(tree: ast.AST) -> list[tuple[int, str]]:
     """String literals where a diagnostic code is written: ``code=...`` keywords, and the
-    first argument of ``error(...)``."""
+    code argument of the functions that take one (:data:`CODE_ARGUMENT`)."""
     out = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue
         args = [k.value for k in node.keywords if k.arg == "code"]
         name = getattr(node.func, "id", getattr(node.func, "attr", None))
-        if name == "error" and node.args:
-            args.append(node.args[0])
+        at = CODE_ARGUMENT.get(name or "")
+        if at is not None and len(node.args) > at and not (
+                isinstance(node.args[at], ast.JoinedStr) and name == "_error"):
+            args.append(node.args[at])  # (a calibration _error's first argument is a place)
         out += [(a.lineno, ast.unparse(a)) for a in args
                 if isinstance(a, ast.Constant | ast.JoinedStr)]
     return out
@@ -59,5 +65,6 @@ def test_the_code_base_raises_codes_through_the_constants() -> None:
 
 def test_a_code_literal_is_found_where_one_is_written() -> None:
     # the check above can fail: it sees a literal keyword and a literal first argument
-    tree = ast.parse('Diagnostic(code="x-y", message="m")\nerror(f"a-{b}", (), "m")\n')
-    assert code_literals(tree) == [(1, "'x-y'"), (2, "f'a-{b}'")]
+    tree = ast.parse('Diagnostic(code="x-y", message="m")\nerror(f"a-{b}", (), "m")\n'
+                     'rec.fail(path, "p-q", "m")\n')
+    assert code_literals(tree) == [(1, "'x-y'"), (2, "f'a-{b}'"), (3, "'p-q'")]
