@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from servesim.engines.kernel.blocks import BlockPool
+from servesim.engines.kernel.blocks import BlockPool, Lease
 from servesim.engines.kernel.prompt_cache import PromptCache
 
 from .conftest import Sim
@@ -18,7 +16,7 @@ def _cache(blocks: int = 16, *, caching: bool = True, max_model_len: int | None 
 
 
 def test_a_reservation_holds_the_whole_sequence_in_fresh_blocks() -> None:
-    cache, lease = _cache(), []
+    cache, lease = _cache(), Lease()
     spec = Sim.spec(0, 10, 5)
     assert cache.reserve(spec, 15, lease) == 0
     assert len(lease) == 4 and cache.pool.num_active == 4  # ceil(15 / 4)
@@ -28,34 +26,34 @@ def test_a_reservation_holds_the_whole_sequence_in_fresh_blocks() -> None:
 
 def test_a_published_prompt_is_reused_up_to_its_last_token() -> None:
     cache = _cache()
-    first, lease = Sim.spec(0, Sim.prompt((7, 12)), 4), []
+    first, lease = Sim.spec(0, Sim.prompt((7, 12)), 4), Lease()
     assert cache.reserve(first, 16, lease) == 0
     cache.publish(first, lease)  # 3 complete prompt blocks become visible
     # the same 12-token prompt: the last token is computed again, so the third block
     # (tokens 9-12) is not reused
-    again, other = Sim.spec(1, Sim.prompt((7, 12)), 4), []
+    again, other = Sim.spec(1, Sim.prompt((7, 12)), 4), Lease()
     assert cache.reserve(again, 16, other) == 8
     assert other[:2] == lease[:2] and other[2] != lease[2]
     # a longer prompt with the same first 12 tokens reuses all three blocks
-    longer, third = Sim.spec(2, Sim.prompt((7, 12), (8, 3)), 1), []
+    longer, third = Sim.spec(2, Sim.prompt((7, 12), (8, 3)), 1), Lease()
     assert cache.reserve(longer, 16, third) == 12
     assert third[:3] == lease[:3]
 
 
 def test_nothing_is_published_or_reused_without_prefix_caching() -> None:
     cache = _cache(caching=False)
-    spec, lease = Sim.spec(0, Sim.prompt((7, 12)), 4), []
+    spec, lease = Sim.spec(0, Sim.prompt((7, 12)), 4), Lease()
     cache.reserve(spec, 16, lease)
     cache.publish(spec, lease)
     assert cache.pool.cached_identities() == set()
-    assert cache.reserve(Sim.spec(1, Sim.prompt((7, 12)), 4), 16, []) == 0
+    assert cache.reserve(Sim.spec(1, Sim.prompt((7, 12)), 4), 16, Lease()) == 0
 
 
 def test_a_reservation_that_does_not_fit_now_changes_nothing() -> None:
     cache = _cache(blocks=6)
-    held: list[Any] = []
+    held = Lease()
     assert cache.reserve(Sim.spec(0, 12, 4), 16, held) == 0
-    lease: list[Any] = []
+    lease = Lease()
     assert cache.reserve(Sim.spec(1, 8, 4), 12, lease) is None  # 3 blocks, 2 free
     assert lease == [] and cache.pool.num_active == 4
     cache.release(held)

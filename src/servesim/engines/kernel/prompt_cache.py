@@ -15,9 +15,9 @@ prompt's first ``input_length - 1`` tokens.
 
 from __future__ import annotations
 
-from servesim.engines.kernel.blocks import BlockPool, Lease
+from servesim.engines.kernel.blocks import NO_BLOCKS, BlockPool, Lease
 from servesim.engines.kernel.requests import RequestSpec
-from servesim.engines.kernel.tokens import block_hashes
+from servesim.engines.kernel.tokens import BlockIds, block_ids
 from servesim.payload import RoleArgs
 
 
@@ -59,10 +59,11 @@ class PromptCache:
         Returns the prompt tokens the reused blocks hold (0 without a hit), or ``None`` when
         the blocks are not available now; then the lease stays empty and nothing changes.
         """
-        reuse: list[int] = []
+        reuse = NO_BLOCKS
         bs = self.pool.block_size
         if self.prefix_caching and spec.input_length > 1:
-            hashes = block_hashes(spec.prompt, bs, limit=spec.input_length - 1)
+            hashes = BlockIds()
+            block_ids(spec.prompt, bs, hashes, limit=spec.input_length - 1)
             reuse = self.pool.lookup(hashes, len(hashes))
         if not self.pool.allocate(lease, self.blocks(tokens), reuse):
             return None
@@ -73,7 +74,8 @@ class PromptCache:
         visible to later lookups (prefix caching on; nothing otherwise)."""
         if self.prefix_caching:
             bs = self.pool.block_size
-            hashes = block_hashes(spec.prompt, bs, limit=spec.input_length)
+            hashes = BlockIds()
+            block_ids(spec.prompt, bs, hashes, limit=spec.input_length)
             self.pool.publish(lease, hashes, 0, spec.input_length // bs)
 
     def release(self, lease: Lease) -> None:

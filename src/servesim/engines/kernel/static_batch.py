@@ -39,7 +39,7 @@ class BatchMember:
 
     spec: RequestSpec
     record: RequestRecord
-    lease: Lease = attrs.field(factory=list)
+    lease: Lease = attrs.field(factory=Lease)
     cached: int = 0
     done_ms: float = 0.0  # when its last token is visible (its prefill's end without any)
 
