@@ -170,6 +170,8 @@ class Lease:
     def head(self, count: int) -> Lease:
         """A new lease of the first ``count`` blocks (the same blocks, not referenced)."""
         out = Lease()
+        if count <= 0:
+            return out
         for ext, lo, hi in self.runs:
             if out.size + hi - lo >= count:
                 out.append(ext, lo, lo + count - out.size)
