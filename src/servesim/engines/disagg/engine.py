@@ -398,8 +398,8 @@ class DisaggReplay(PassReplay[PoolWorker]):
         flight.record.kv_transfer_start_ms = self.now
         assert flight.decode_worker is not None
         self.kv_links.start(self.now, flight.spec.request_id,
-                         (flight.prefill_worker.index, flight.decode_worker.index), nbytes,
-                         lambda: self._complete_transfer(flight))
+                            (flight.prefill_worker.index, flight.decode_worker.index), nbytes,
+                            lambda: self._complete_transfer(flight))
 
     def _complete_transfer(self, flight: Flight) -> None:
         assert flight.dest is not None and flight.decode_rank is not None
