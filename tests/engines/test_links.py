@@ -155,7 +155,7 @@ def reference_ends(bandwidth: int, starts: list[tuple[int, int, int]]) -> dict[i
 def test_the_link_matches_exact_processor_sharing(bandwidth: int,
                                                   starts: list[tuple[int, int]]) -> None:
     """Any starts and sizes: the end times are those of exact processor sharing (to float
-    rounding), none ends before it would alone, and a busy link is never idle or faster."""
+    rounding), none ends before it would alone, and every byte is sent."""
     keyed = [(at, key, nbytes) for key, (at, nbytes) in enumerate(starts)]
     ends, link = drive(float(bandwidth), [(float(a), k, b) for a, k, b in keyed])
     exact = reference_ends(bandwidth, keyed)
