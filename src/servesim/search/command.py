@@ -18,11 +18,9 @@ from servesim.search.space import MAX_TRIALS, SAMPLERS, Space, grid_size, load_s
 EXIT_OK, EXIT_INTERRUPTED = 0, 130
 
 
-def add_parser(sub: Any) -> None:
+def add_arguments(s: argparse.ArgumentParser) -> None:
     from servesim.sweep.command import add_executor_options
 
-    s = sub.add_parser("search", help="find the deployment that maximises an objective under "
-                       "SLA constraints (servesim[search], Optuna)")
     s.add_argument("config", help="config file (TOML)")
     s.add_argument("--space", required=True, metavar="SPACE.toml",
                    help="parameters to vary, objectives, constraints, optional load search")

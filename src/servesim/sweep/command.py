@@ -41,9 +41,7 @@ def add_executor_options(p: argparse.ArgumentParser) -> None:
                    help="also write an HTML report of the results (servesim[report])")
 
 
-def add_parser(sub: Any) -> None:
-    s = sub.add_parser("sweep", help="replay every combination of config values; one row "
-                       "per point")
+def add_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("config", help="config file (TOML)")
     s.add_argument("--set", action="append", default=[], metavar="KEY=V1,V2,...",
                    help="a config value, or several to sweep (repeatable)")
