@@ -17,7 +17,6 @@ import os
 import signal
 import sys
 import threading
-import time
 import traceback
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -322,6 +321,8 @@ def load_input(path: str, registry: EngineRegistry,
 def run_replay(args: argparse.Namespace, registry: EngineRegistry, out: Console,
                err: Console) -> int:
     from servesim.engines.kernel.audit import check_invariants
+    from servesim.progress import ReplayProgress, replay_size
+    from servesim.progress import shown as progress_shown
     from servesim.render import (
         report_summary,
         report_table,
@@ -336,20 +337,20 @@ def run_replay(args: argparse.Namespace, registry: EngineRegistry, out: Console,
     payload, base_dir = load_input(args.input, registry, args.set)
     _not_an_input({"-o": args.output, "--requests-out": args.requests_out},
                   [args.input, *payload_files(payload)])
-    show_progress = not args.quiet and err.is_terminal
-    bar = _progress(err, show_progress)
+    progress = ReplayProgress(*replay_size(payload, tuple(registry.trace_formats), base_dir))
     audit = check_invariants() if args.check_invariants else contextlib.nullcontext()
     try:
-        with bar, audit, _deadline(args.timeout):
+        with progress_shown(progress, err, quiet=args.quiet), audit, _deadline(args.timeout):
             outcome = replay_payload(payload, registry=registry, base_dir=base_dir,
-                                     requests_out=requests_out, progress=bar.update)
+                                     requests_out=requests_out,
+                                     progress=progress.virtual_time,
+                                     on_record=progress.request_ended)
     except KeyboardInterrupt as exc:
         kept = f"; finished requests are in {shown(args.requests_out)}" \
             if args.requests_out else ""
         why = f"stopped by --timeout {args.timeout:g}" if isinstance(exc, TimedOut) \
             else "interrupted"
-        err.print(f"{why} at virtual time {bar.virtual_ms / 1000:.1f} s: no report "
-                  f"written{kept}")
+        err.print(f"{why} at {progress.where()}: no report written{kept}")
         return EXIT_INTERRUPTED
     _warn(err, outcome.warnings)
     report = outcome.report
@@ -452,40 +453,6 @@ class _steps:
             self._phase = phase
             self._bar.reset(self._task, total=total, description=f"replaying: {phase}")
         self._bar.update(self._task, completed=done)
-
-    def __exit__(self, *exc: object) -> None:
-        if self._bar is not None:
-            self._bar.__exit__(*exc)
-
-
-class _progress:
-    """Tracks virtual time; shows a transient progress bar on stderr when enabled."""
-
-    def __init__(self, console: Console, enabled: bool) -> None:
-        self.console, self.enabled = console, enabled
-        self.virtual_ms = 0.0
-        self._bar: Any = None
-        self._task: Any = None
-        self._last = 0.0
-
-    def __enter__(self) -> _progress:
-        if self.enabled:
-            from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-            self._bar = Progress(SpinnerColumn(), TextColumn("replaying: {task.description}"),
-                                 TimeElapsedColumn(), console=self.console, transient=True)
-            self._bar.__enter__()
-            self._task = self._bar.add_task("virtual t = 0.0 s", total=None)
-        return self
-
-    def update(self, virtual_ms: float) -> None:
-        self.virtual_ms = virtual_ms
-        if self._bar is None:
-            return
-        now = time.monotonic()
-        if now - self._last > 0.1:
-            self._last = now
-            self._bar.update(self._task, description=f"virtual t = {virtual_ms / 1000:.1f} s")
 
     def __exit__(self, *exc: object) -> None:
         if self._bar is not None:

@@ -150,7 +150,7 @@ def run_search(args: argparse.Namespace, registry: EngineRegistry, out: Console,
     try:  # the workers start before the progress bar's thread
         with open_executor(base, executor=args.executor, jobs=min(jobs, space.trials),
                            address=args.address) as executor, \
-                TrialProgress(err, total, not args.quiet and err.is_terminal, "trials") as bar:
+                TrialProgress(err, total, not args.quiet, "trials", "search") as bar:
             for _ in range(done):
                 bar.advance()
             search(study, space, executor, trials=space.trials,

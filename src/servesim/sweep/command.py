@@ -82,11 +82,10 @@ def collect(base: Base, tasks: Sequence[Task], args: argparse.Namespace,
     every task finished (False after Ctrl-C)."""
     jobs = check_jobs(args.jobs) if args.jobs is not None else default_jobs()
     rows: dict[int, dict[str, Any]] = {}
-    show = not args.quiet and err.is_terminal
     try:  # the workers start before the progress bar's thread
         with open_executor(base, executor=args.executor, jobs=min(jobs, max(1, len(tasks))),
                            address=args.address) as executor, \
-                TrialProgress(err, len(tasks), show) as bar:
+                TrialProgress(err, len(tasks), not args.quiet) as bar:
             for index, row in executor.run(tasks):
                 rows[index] = row
                 bar.advance()
