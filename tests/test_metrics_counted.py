@@ -20,7 +20,7 @@ from servesim.engines.kernel.metrics import (
     exact_sum,
     sorted_distribution,
 )
-from servesim.engines.kernel.requests import RequestRecord
+from servesim.engines.kernel.requests import PassEnds, RequestRecord
 
 values = st.one_of(st.sampled_from([0.0, 1.0, 2.5, 1e-3, 7.123456789, 1e5 / 3, 0.1]),
                    st.floats(0.0, 1e7, allow_nan=False, allow_infinity=False))
@@ -102,3 +102,84 @@ def test_exact_sum_keeps_the_rounding_error_of_a_product(value: float, count: in
     rounded = value * count
     exact = Fraction(value) * count - Fraction(rounded)
     assert exact_sum([value, -rounded], [count, 1]) == float(exact)
+
+
+@given(st.lists(st.sampled_from([0.0, 0.5, 1.0, 2.75, 0.1]), min_size=1, max_size=60),
+       st.lists(st.tuples(st.integers(0, 59), st.integers(0, 12), st.booleans()),
+                max_size=25),
+       st.integers(1, 8))
+def test_folding_settled_passes_keeps_the_report(
+        steps: list[float], picks: list[tuple[int, int, bool]], fold_passes: int) -> None:
+    # The engine raises its pass ends' floor to the arrival of the oldest request still
+    # in flight; the collector folds and drops the passes before it as records come in.
+    ends = PassEnds()
+    ends.extend(itertools.accumulate(steps))
+    every = ends.tolist()
+    records = []
+    for i, (start, length, skip) in enumerate(picks):
+        times = array("d", every[start:start + length])
+        if skip and len(times) > 2:
+            del times[1]  # a pass without a token (a preemption)
+        arrival = times[0] if times else every[min(start, len(every) - 1)]
+        records.append(RequestRecord(request_id=i, arrival_ms=arrival, input_length=1,
+                                     requested_output_length=len(times), status="completed",
+                                     token_times=times, pass_ends=ends))
+    per_token = _itl_report([attrs.evolve(r, pass_ends=None) for r in records])
+    collector = MetricsCollector()
+    collector.fold_passes = fold_passes
+    order = sorted(records, key=lambda r: r.token_times[-1] if r.token_times else 0.0)
+    for k, record in enumerate(order):
+        ends.floor = min((r.arrival_ms for r in order[k:]), default=every[-1])
+        collector.add(record)
+    report = collector.report(wall_time_ms=0.0, gpu_seconds=0.0)
+    assert {k: v for k, v in report.items() if "itl" in k or "per_user" in k} == per_token
+
+
+def test_a_fold_carries_the_gaps_of_a_request_across_the_floor() -> None:
+    # A's tokens are passes 0-9, B's 5-12 (it arrived at pass 5). When B is added the
+    # passes before its arrival are folded and dropped; A's gaps after them still count.
+    ends = PassEnds()
+    ends.extend(float(i * i) for i in range(14))  # every gap its own value
+    every = ends.tolist()
+
+    def record(request_id: int, first: int, last: int) -> RequestRecord:
+        times = array("d", every[first:last + 1])
+        return RequestRecord(request_id=request_id, arrival_ms=times[0], input_length=1,
+                             requested_output_length=len(times), status="completed",
+                             token_times=times, pass_ends=ends)
+
+    a, b = record(0, 0, 9), record(1, 5, 12)
+    collector = MetricsCollector()
+    collector.fold_passes = 2
+    ends.floor = a.arrival_ms
+    collector.add(a)
+    ends.floor = b.arrival_ms
+    collector.add(b)
+    assert len(ends) == 10  # passes 4 .. 13 are kept
+    report = collector.report(wall_time_ms=0.0, gpu_seconds=0.0)
+    per_token = _itl_report([attrs.evolve(r, pass_ends=None) for r in (a, b)])
+    assert {k: v for k, v in report.items() if "itl" in k or "per_user" in k} == per_token
+
+
+@pytest.mark.parametrize("extra", ["", '[engine.speculation]\nkind = "mtp"\n'
+                                       "num_speculative_tokens = 2\n"
+                                       "acceptance_rates = [0.7, 0.5]\n"])
+def test_a_replay_that_folds_its_passes_reports_the_same(
+        extra: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # 200 requests of 40 tokens from 8 clients on 2 workers: thousands of passes, folded
+    # every 16 of them against not at all.
+    from servesim.compiler import compile_text
+    from servesim.engines.kernel import metrics
+    from servesim.plugins.manager import EngineRegistry, get_plugin_manager
+    from servesim.replay import replay_payload
+    from servesim.testing import small_config
+
+    registry = EngineRegistry.collect(get_plugin_manager(load_entrypoints=False))
+    text = small_config(requests=200, input_tokens=64, output_tokens=40, concurrency=8,
+                        replicas=2, extra=extra)
+    payload = compile_text(text, name="c.toml", registry=registry)
+    whole = replay_payload(payload, registry=registry).report
+    monkeypatch.setattr(metrics, "_FOLD_PASSES", 16)
+    folded = replay_payload(payload, registry=registry).report
+    assert folded == whole
+    assert whole["completed"] == 200

@@ -19,7 +19,11 @@ record's tokens are consecutive entries of its worker's pass ends
 (``RequestRecord.pass_ends``, the usual case), or a few runs of them (a preempted
 request), its gaps are counted per pass of that worker in O(runs) (a difference array
 over the passes), not token by token; that costs 8 bytes per pass of each worker, here
-and in the worker's pass ends.
+and in the worker's pass ends. A built-in engine's pass ends carry a *floor* (a
+:class:`~servesim.engines.kernel.requests.PassEnds`): no request in flight or still to come
+has a token at a pass ending before it, so once a worker has run :data:`_FOLD_PASSES`
+passes the collector folds those passes into the multiset and drops them from both arrays;
+a long replay holds the passes of its requests in flight, not of the whole run.
 
 Distributions are reported as
 ``mean_/min_/max_/median_/p75_/p90_/p95_/p99_/p99.9_/std_<name>`` (``_ms`` suffix for
@@ -72,6 +76,8 @@ DEPRECATED_NAMES: dict[str, str] = {
 # Runs of consecutive passes a record's tokens may split into for its gaps to be counted
 # per pass (a preempted request's few); more, and they are counted per token.
 _MAX_RUNS = 8
+# passes a worker's pass ends hold before the collector folds the settled ones
+_FOLD_PASSES = 1 << 16
 
 
 def percentile(sorted_samples: Iterable[float] | array, p: float) -> float:
@@ -317,6 +323,7 @@ class MetricsCollector:
         # per pass-ends array (by id): the array and a difference array of how many
         # requests' gaps each pass ends (gaps not yet folded into ``_itl``)
         self._runs: dict[int, tuple[array[float], array[int]]] = {}
+        self.fold_passes = _FOLD_PASSES
 
     def add(self, record: RequestRecord) -> None:
         self.num_requests += 1
@@ -368,6 +375,7 @@ class MetricsCollector:
         bursts, whose tokens are as cheap to count one by one)."""
         if ends is None:
             return False
+        self._fold_settled(ends)  # first: it shifts the pass indices
         runs: list[tuple[int, int]] = []  # (first pass, tokens) of each run, in order
         # The views are released at once, so the worker can still append pass ends.
         with memoryview(ends) as passes, memoryview(times) as tokens:
@@ -416,17 +424,45 @@ class MetricsCollector:
 
     def _fold_runs(self) -> None:
         """Add the gaps counted per pass to the ``value -> count`` ITL multiset."""
-        itl = self._itl
         for pass_ends, cover in self._runs.values():
-            ends: list[float] = pass_ends.tolist()
-            covered: list[int] = cover.tolist()
-            count = 0
-            for k in range(1, min(len(ends), len(covered))):
-                count += covered[k]
-                gap = ends[k] - ends[k - 1]
-                if count and gap:  # passes ending together emit together
-                    itl[gap] = itl.get(gap, 0) + count
+            self._fold(pass_ends, cover, min(len(pass_ends), len(cover)))
         self._runs.clear()
+
+    def _fold(self, pass_ends: array, cover: array, end: int) -> int:
+        """Add the gaps ending at passes ``1 .. end - 1`` to the ITL multiset; the count
+        of gaps at pass ``end - 1`` (the running sum of ``cover``)."""
+        itl = self._itl
+        ends: list[float] = pass_ends[:end].tolist()
+        covered: list[int] = cover[:end].tolist()
+        count = 0
+        for k in range(1, end):
+            count += covered[k]
+            gap = ends[k] - ends[k - 1]
+            if count and gap:  # passes ending together emit together
+                itl[gap] = itl.get(gap, 0) + count
+        return count
+
+    def _fold_settled(self, pass_ends: array) -> None:
+        """Fold the passes of ``pass_ends`` that end before its floor (see the module
+        docstring) and drop them from it and from its difference array."""
+        floor = getattr(pass_ends, "floor", None)
+        if floor is None or len(pass_ends) < self.fold_passes:
+            return
+        settled = bisect.bisect_left(pass_ends, floor)
+        if settled < self.fold_passes // 2 or settled < 2:
+            return
+        keep_from = settled - 1  # the pass before the first kept gap stays, as index 0
+        run = self._runs.get(id(pass_ends))
+        if run is not None:
+            cover = run[1]
+            if len(cover) > settled:
+                cover[settled] += self._fold(pass_ends, cover, settled)
+                del cover[:keep_from]
+                cover[0] = 0
+            else:
+                self._fold(pass_ends, cover, len(cover))
+                del cover[:]
+        del pass_ends[:keep_from]
 
     def report(self, *, wall_time_ms: float, gpu_seconds: float | Mapping[str, float],
                extra: Mapping[str, Any] | None = None) -> dict[str, Any]:

@@ -40,7 +40,7 @@ from servesim.engines.kernel.core import LATER_ROUND, Guard, Sink
 from servesim.engines.kernel.events import PHASE_ENGINE
 from servesim.engines.kernel.rank import Rank, RankResult, Seq
 from servesim.engines.kernel.replay import Replay
-from servesim.engines.kernel.requests import Workload
+from servesim.engines.kernel.requests import PassEnds, Workload
 from servesim.engines.kernel.speculation import acceptance_report
 from servesim.errors import ReplayError
 from servesim.timing.base import StepTimer
@@ -75,7 +75,7 @@ class PassWorker:
     busy_ms: float = 0.0
     segment: Segment | None = None  # steady decode passes in flight instead of one pass
     # the end time of every pass closed so far, in order (RequestRecord.pass_ends)
-    pass_ends: array = field(default_factory=lambda: array("d"))
+    pass_ends: PassEnds = field(default_factory=PassEnds)
     end_entry: Any = None  # the heap entry of the end of the pass or segment in flight
 
     def place(self) -> int:
@@ -192,12 +192,22 @@ class PassReplay(Replay, Generic[W]):
         if worker.segment is not None:
             finished = self._apply_segment(worker, len(worker.segment.ends))
             worker.busy = False
+            self._raise_floor(worker.pass_ends)
             return finished
         worker.busy = False
         worker.busy_ms += self.now - worker.pass_start
         worker.pass_ends.append(self.now)
+        self._raise_floor(worker.pass_ends)
         pending, worker.pending = worker.pending, []
         return pending
+
+    def _raise_floor(self, ends: PassEnds) -> None:
+        """No request in flight or to come has a token before the oldest one's arrival
+        (records open in arrival order): the floor of ``ends`` (see PassEnds)."""
+        for record in self.live.values():
+            ends.floor = record.arrival_ms
+            return
+        ends.floor = self.now
 
     @staticmethod
     def _starters(dirty: Sequence[W]) -> list[W]:

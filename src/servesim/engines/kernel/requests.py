@@ -33,6 +33,21 @@ class RequestSpec:
     turn_index: int = 0
 
 
+class PassEnds(array):
+    """A worker's pass end times (``array('d')``), with a *floor*: the engine promises
+    that no request in flight or still to come has a token at a pass ending before it
+    (the arrival of its oldest request in flight), so the metrics may fold those passes
+    and drop them from the front."""
+
+    __slots__ = ("floor",)
+    floor: float
+
+    def __new__(cls) -> PassEnds:
+        ends: PassEnds = super().__new__(cls, "d")  # type: ignore[assignment]
+        ends.floor = float("-inf")
+        return ends
+
+
 @attrs.define(slots=True, eq=False)
 class RequestRecord:
     """One request's outcome, produced by an engine once the request is terminal."""
