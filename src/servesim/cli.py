@@ -118,8 +118,8 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("schema", help="print a JSON Schema")
     s.add_argument("which", choices=("config", "payload"))
 
-    pl = sub.add_parser("plugins", help="list registered engines, backends, timing providers "
-                        "and trace formats, and where they come from")
+    pl = sub.add_parser("plugins", help="list registered engines, backends, timing providers, "
+                        "routers and trace formats, and where they come from")
     pl.add_argument("--format", choices=("text", "json"), default="text")
 
     r = sub.add_parser("replay", help="replay the traffic of a config or payload")
@@ -383,6 +383,7 @@ def _plugins(args: argparse.Namespace, registry: EngineRegistry, out: Console,
               "modes": [], "description": b.DESCRIPTION, **where(o)}
              for n, b, o in registry.backend_items()]
     for kind, items in (("timing", registry.timing_items()),
+                        ("router", registry.router_items()),
                         ("trace-format", registry.format_items())):
         rows += [{"kind": kind, "name": n, "class": f"{f.__module__}.{f.__qualname__}",
                   "modes": [], "description": (f.__doc__ or "").strip().split("\n")[0],

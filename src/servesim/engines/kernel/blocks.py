@@ -192,6 +192,18 @@ class BlockPool:
             out.append(block)
         return out
 
+    def cached_prefix(self, hashes: list[int]) -> int:
+        """How many leading blocks of ``hashes`` a lookup would hit (a router's query;
+        changes nothing, costs one index probe per hit)."""
+        index = self._index
+        names: list[_Boxed] = hashes
+        n = 0
+        for name in names:
+            if name not in index:
+                break
+            n += 1
+        return n
+
     def _runs(self, lease: Sequence[int], start: int, end: int
               ) -> list[tuple[_Extent, int, int, int]]:
         """``lease[start:end]`` as runs ``(extent, lo, hi, first)``, last run first: lease

@@ -26,6 +26,10 @@ from servesim.engines.kernel.passes import PassEnd, PassReplay, PassWorker
 from servesim.engines.kernel.rank import Seq
 from servesim.engines.kernel.requests import RequestRecord, RequestSpec, Workload
 from servesim.engines.ranks.scheduler import RankPass, RankScheduler
+from servesim.engines.routing.base import Router
+from servesim.engines.routing.builtin import RoundRobin
+from servesim.engines.routing.registry import make_router
+from servesim.engines.routing.views import RoutedPool
 from servesim.payload import RoleArgs
 from servesim.timing import StepTimer, make_timer
 from servesim.timing.base import front_end
@@ -78,6 +82,7 @@ class AggregatedReplay(PassReplay[Worker]):
         *,
         bulk_decode: bool = True,
         policy: Backend | None = None,
+        router: Router | None = None,
     ) -> None:
         super().__init__(workload, sink, progress, bulk_decode=bulk_decode)
         self.role = role
@@ -88,7 +93,11 @@ class AggregatedReplay(PassReplay[Worker]):
                                           for r in range(dp)])
             for w in range(role.replicas)
         ]
-        self.next_worker = 0
+        # where arrivals go: round-robin (the default) reads no worker state, so only the
+        # worker it picks next need end a steady segment at the next arrival
+        router = router if router is not None else make_router(role)
+        self.round_robin = isinstance(router, RoundRobin)
+        self.routing = RoutedPool(router, self._workers, self._touch)
         self.dirty: list[Worker] = []
 
     @property
@@ -121,12 +130,14 @@ class AggregatedReplay(PassReplay[Worker]):
         return seq.record.token_times
 
     def _touch_horizon(self, worker: Worker) -> float:
-        # The next arrival goes to ``next_worker``; the heap may hold earlier ones.
-        return self._horizon() if worker.index == self.next_worker else float("inf")
+        # The next arrival goes to the router's next worker (a router reading the workers'
+        # state touches them all); the heap may hold earlier ones.
+        if self.round_robin and worker.index != cast(RoundRobin, self.routing.router).next:
+            return float("inf")
+        return self._horizon()
 
     def _arrive(self, spec: RequestSpec) -> None:
-        worker = self._workers[self.next_worker]
-        self.next_worker = (self.next_worker + 1) % len(self._workers)
+        worker = self.routing.route(spec)
         # The request only joins a waiting queue, unless its placement reads the ranks.
         self._touch(worker, reads=worker.ranks[0].least_loaded)
         rank = worker.ranks[worker.place()]
@@ -179,6 +190,7 @@ def replay_aggregated(
     bulk_decode: bool = True,
     timer: StepTimer | None = None,
     policy: Backend | None = None,
+    router: Router | None = None,
 ) -> ReplayStats:
     """Replay ``workload`` on ``role.replicas`` vLLM workers; every request that arrives is
     sent to ``sink`` exactly once, when it becomes terminal (or at the end, as incomplete).
@@ -186,11 +198,12 @@ def replay_aggregated(
     Open-loop requests are pulled lazily from ``workload.start()``; requests released by
     ``workload.on_terminal`` join the same event queue. ``progress`` (if given) receives
     the current virtual time in ms now and then and once at the end. ``bulk_decode=False``
-    steps every pass (the reference mode; same results, slower). ``timer`` and ``policy``
-    (the role's step timer and backend policy) default to the built-ins'.
+    steps every pass (the reference mode; same results, slower). ``timer``, ``policy`` and
+    ``router`` (the role's step timer, backend policy and router) default to the
+    built-ins' (the router: the role's routing section's).
     """
     run = AggregatedReplay(role, timer or make_timer(role), workload, sink, progress,
-                           bulk_decode=bulk_decode, policy=policy)
+                           bulk_decode=bulk_decode, policy=policy, router=router)
     return run.run()
 
 
