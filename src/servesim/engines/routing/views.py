@@ -36,6 +36,7 @@ class WorkerView:
         return self._worker.ranks[0].block_size
 
     def _ranks(self) -> list[Any]:
+        self._pool.touched = True
         self._pool.touch(self._worker)
         return self._worker.ranks
 
@@ -90,10 +91,12 @@ class RoutedPool:
         self.workers = workers
         self.touch = touch
         self.views = [WorkerView(self, w) for w in workers]
+        self.touched = False  # the last decision read state that ends steady segments
         self._hashed: tuple[RequestSpec | None, int, list[int]] = (None, 0, [])
 
     def route(self, request: RequestSpec) -> Any:
         """The worker ``request`` goes to."""
+        self.touched = False
         return self.workers[self.router.route(request, self.views)]
 
     def hashes(self, request: RequestSpec, block_size: int) -> list[int]:

@@ -130,11 +130,18 @@ class AggregatedReplay(PassReplay[Worker]):
         return seq.record.token_times
 
     def _touch_horizon(self, worker: Worker) -> float:
-        # The next arrival goes to the router's next worker (a router reading the workers'
-        # state touches them all); the heap may hold earlier ones.
-        if self.round_robin and worker.index != cast(RoundRobin, self.routing.router).next:
+        # Round-robin: the next arrival goes to its next worker; the heap may hold earlier
+        # ones. A router that read the workers' state last time touches them all at the
+        # next arrival (an open-loop one; a released one cuts the segment all the same);
+        # one that did not touches only the worker it picks, unknown here.
+        if self.round_robin:
+            if worker.index != cast(RoundRobin, self.routing.router).next:
+                return float("inf")
+            return self._horizon()
+        ahead = self._lookahead
+        if not self.routing.touched or ahead is None:
             return float("inf")
-        return self._horizon()
+        return ahead.arrival_ms
 
     def _arrive(self, spec: RequestSpec) -> None:
         worker = self.routing.route(spec)
