@@ -12,9 +12,12 @@ reuse is lost only where a request lands away from its prefix). The trace
 session ids: a conversation's turns are the rows whose hash ids extend an earlier row's.
 
 Cases: one worker (the reuse the trace allows at this capacity), then 4 replicas with each
-built-in router. For each it prints the reuse (``prefix_cache_reused_ratio``: reused over
-all prompt tokens), its ratio to the one-worker reuse, the mean TTFT and the wall time.
-The target for ``kv_aware`` is at least 0.90 of the one-worker reuse.
+built-in router (``kv_aware`` also with a temperature and with larger overlap weights), then
+a P/D deployment of 2 prefill and 2 decode workers (50 GB/s link), both roles round-robin
+or both ``kv_aware``; a P/D request's reuse is its prefill worker's. For each it prints the
+reuse (``prefix_cache_reused_ratio``: reused over all prompt tokens), its ratio to the
+one-worker reuse, the mean TTFT and the wall time. The target for ``kv_aware`` on 4
+replicas is at least 0.90 of the one-worker reuse.
 """
 
 from __future__ import annotations
@@ -55,7 +58,40 @@ type = "trace_timestamps"
 {stop}
 """
 
-# name -> (replicas, routing table)
+PD_CONFIG = """
+[engine]
+mode = "disaggregated"
+model = "Qwen/Qwen3-32B"
+hardware = "h200_sxm"
+[engine.kv_transfer]
+bandwidth_gb_per_second = 50.0
+{roles}
+[traffic.source]
+type = "trace"
+paths = ["{trace}"]
+[traffic.load]
+type = "trace_timestamps"
+{stop}
+"""
+
+PD_ROLE = """
+[engine.workers.{role}.parallelism]
+replicas = {replicas}
+[engine.workers.{role}.scheduler]
+max_batched_tokens = 8192
+max_sequences = {sequences}
+[engine.workers.{role}.kv_cache]
+block_size = 64
+bytes_per_token = 262144
+capacity = {{ type = "fixed", blocks = {blocks} }}
+[engine.workers.{role}.timing]
+type = "polynomial"
+[engine.workers.{role}.routing]
+{routing}
+"""
+
+# name -> (replicas, routing table); a "pd_" case runs that many prefill and decode workers
+
 CASES = {
     "single": (1, ""),
     "round_robin": (4, 'type = "round_robin"'),
@@ -67,6 +103,8 @@ CASES = {
     "kv_aware_w4": (4, 'type = "kv_aware"\noverlap_weight = 4.0'),
     "kv_aware_w16": (4, 'type = "kv_aware"\noverlap_weight = 16.0'),
     "kv_aware_w64": (4, 'type = "kv_aware"\noverlap_weight = 64.0'),
+    "pd_round_robin": (2, 'type = "round_robin"'),
+    "pd_kv_aware_w4": (2, 'type = "kv_aware"\noverlap_weight = 4.0'),
 }
 
 
@@ -79,8 +117,14 @@ def run_case(name: str, requests: int | None) -> dict[str, float | str]:
     table = f"[engine.workers.aggregated.routing]\n{routing}" if routing else ""
     stop = f"[traffic.stop]\nrequests = {requests}" if requests else ""
     registry = EngineRegistry.collect(get_plugin_manager(load_entrypoints=False))
-    text = CONFIG.format(replicas=replicas, blocks=BLOCKS, routing=table,
-                         trace=TRACE.as_posix(), stop=stop)
+    if name.startswith("pd_"):
+        roles = "".join(PD_ROLE.format(role=role, replicas=replicas, blocks=BLOCKS,
+                                       sequences=sequences, routing=routing)
+                        for role, sequences in (("prefill", 8), ("decode", 256)))
+        text = PD_CONFIG.format(roles=roles, trace=TRACE.as_posix(), stop=stop)
+    else:
+        text = CONFIG.format(replicas=replicas, blocks=BLOCKS, routing=table,
+                             trace=TRACE.as_posix(), stop=stop)
     payload = compile_text(text, registry=registry)
     with tempfile.TemporaryDirectory():
         started = time.perf_counter()
