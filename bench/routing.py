@@ -37,19 +37,7 @@ CONFIG = """
 [engine]
 model = "Qwen/Qwen3-32B"
 hardware = "h200_sxm"
-[engine.workers.aggregated.parallelism]
-replicas = {replicas}
-[engine.workers.aggregated.scheduler]
-max_batched_tokens = 8192
-max_sequences = 256
-[engine.workers.aggregated.kv_cache]
-block_size = 64
-prefix_caching = true
-bytes_per_token = 262144
-capacity = {{ type = "fixed", blocks = {blocks} }}
-[engine.workers.aggregated.timing]
-type = "polynomial"
-{routing}
+{deployment}
 [traffic.source]
 type = "trace"
 paths = ["{trace}"]
@@ -57,24 +45,9 @@ paths = ["{trace}"]
 type = "trace_timestamps"
 {stop}
 """
+PD = 'mode = "disaggregated"\n[engine.kv_transfer]\nbandwidth_gb_per_second = 50.0\n'
 
-PD_CONFIG = """
-[engine]
-mode = "disaggregated"
-model = "Qwen/Qwen3-32B"
-hardware = "h200_sxm"
-[engine.kv_transfer]
-bandwidth_gb_per_second = 50.0
-{roles}
-[traffic.source]
-type = "trace"
-paths = ["{trace}"]
-[traffic.load]
-type = "trace_timestamps"
-{stop}
-"""
-
-PD_ROLE = """
+ROLE = """
 [engine.workers.{role}.parallelism]
 replicas = {replicas}
 [engine.workers.{role}.scheduler]
@@ -82,6 +55,7 @@ max_batched_tokens = 8192
 max_sequences = {sequences}
 [engine.workers.{role}.kv_cache]
 block_size = 64
+prefix_caching = true
 bytes_per_token = 262144
 capacity = {{ type = "fixed", blocks = {blocks} }}
 [engine.workers.{role}.timing]
@@ -93,7 +67,7 @@ type = "polynomial"
 # name -> (replicas, routing table); a "pd_" case runs that many prefill and decode workers
 
 CASES = {
-    "single": (1, ""),
+    "single": (1, 'type = "round_robin"'),
     "round_robin": (4, 'type = "round_robin"'),
     "least_loaded": (4, 'type = "least_loaded"'),
     "least_loaded_tokens": (4, 'type = "least_loaded"\nby = "tokens"'),
@@ -114,17 +88,14 @@ def run_case(name: str, requests: int | None) -> dict[str, float | str]:
     from servesim.replay import replay_payload
 
     replicas, routing = CASES[name]
-    table = f"[engine.workers.aggregated.routing]\n{routing}" if routing else ""
     stop = f"[traffic.stop]\nrequests = {requests}" if requests else ""
     registry = EngineRegistry.collect(get_plugin_manager(load_entrypoints=False))
-    if name.startswith("pd_"):
-        roles = "".join(PD_ROLE.format(role=role, replicas=replicas, blocks=BLOCKS,
-                                       sequences=sequences, routing=routing)
-                        for role, sequences in (("prefill", 8), ("decode", 256)))
-        text = PD_CONFIG.format(roles=roles, trace=TRACE.as_posix(), stop=stop)
-    else:
-        text = CONFIG.format(replicas=replicas, blocks=BLOCKS, routing=table,
-                             trace=TRACE.as_posix(), stop=stop)
+    roles = (("prefill", 8), ("decode", 256)) if name.startswith("pd_") else (
+        ("aggregated", 256),)
+    deployment = (PD if len(roles) == 2 else "") + "".join(
+        ROLE.format(role=role, replicas=replicas, sequences=sequences, blocks=BLOCKS,
+                    routing=routing) for role, sequences in roles)
+    text = CONFIG.format(deployment=deployment, trace=TRACE.as_posix(), stop=stop)
     payload = compile_text(text, registry=registry)
     with tempfile.TemporaryDirectory():
         started = time.perf_counter()

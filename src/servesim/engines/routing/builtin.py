@@ -85,7 +85,7 @@ class SessionAffinity:
     def route(self, request: RequestSpec, workers: Sequence[WorkerState]) -> int:
         session = request.session_id
         chosen = self.home.get(session) if session is not None else None
-        if chosen is None or chosen >= len(workers):
+        if chosen is None:
             chosen = self.fallback.route(request, workers)
             if session is not None:
                 self.home[session] = chosen

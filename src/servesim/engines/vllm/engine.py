@@ -69,7 +69,8 @@ class AggregatedReplay(PassReplay[Worker]):
     All workers are ready at t=0; ``startup_seconds`` only delays workers added during a
     run, which an aggregated replay without scaling never does. ``bulk_decode=False`` is
     the reference mode: every pass goes through the event heap (see
-    :mod:`servesim.engines.kernel.passes`).
+    :mod:`servesim.engines.kernel.passes`). Arrivals go to the worker ``router`` picks
+    (default: the role's routing section's, round-robin without one).
     """
 
     def __init__(
