@@ -21,6 +21,7 @@ from servesim.engines.kernel.audit import (
     check_invariants,
     invariant_checks_enabled,
 )
+from servesim.engines.kernel.blocks import Lease, _Extent
 from servesim.engines.kernel.requests import RequestRecord
 from servesim.engines.vllm import AggregatedReplay, RankPass, RankScheduler
 from servesim.errors import ReplayError
@@ -82,7 +83,7 @@ def _first_running(rank: RankScheduler) -> Any:
 
 def _add_reference(rank: RankScheduler) -> None:
     """Corrupt the pool: one more reference to the first running request's first block."""
-    where = rank.pool._locate(_first_running(rank).lease[0])
+    where = rank.pool._locate(_first_running(rank).lease.blocks()[0])
     assert where is not None
     ext, offset = where
     ext.ref[offset] += 1
@@ -99,7 +100,7 @@ def test_an_extra_block_reference_is_named_with_its_rank_and_request(sim: type[S
 
 def test_a_lease_the_pool_does_not_know_is_caught(sim: type[Sim]) -> None:
     def corrupt(rank: RankScheduler, _: RankPass) -> None:
-        _first_running(rank).lease.append(63)  # never handed out
+        _first_running(rank).lease.append(_Extent(0, 63), 0, 1)  # never handed out
 
     message = _violation(_aggregated(sim, corrupt))
     assert message.startswith("invariant 'block-refcount' violated on worker 0 rank 0: "
@@ -220,7 +221,7 @@ def test_a_disaggregated_source_that_is_never_released(sim: type[Sim]) -> None:
 
     class Leaky(DisaggReplay):
         def _complete_transfer(self, flight: Any) -> None:
-            flight.source.lease = []  # the source is released, its blocks stay referenced
+            flight.source.lease = Lease()  # the source is released, its blocks stay referenced
             super()._complete_transfer(flight)
 
     run = Leaky(prefill, decode, None, ListWorkload(specs), lambda r: None)

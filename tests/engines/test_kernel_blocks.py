@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from servesim.engines.kernel.blocks import BlockPool
-from servesim.engines.kernel.tokens import Segment, block_hashes, make_prompt
+from servesim.engines.kernel.blocks import BlockPool, Lease
+from servesim.engines.kernel.tokens import BlockIds, Segment, block_hashes, block_ids, make_prompt
 
 
-def _hashes(*segs: tuple[int, int]) -> list[int]:
-    return block_hashes(make_prompt([Segment(k, n, repeat=False) for k, n in segs]), 4)
+def _hashes(*segs: tuple[int, int]) -> BlockIds:
+    ids = BlockIds()
+    block_ids(make_prompt([Segment(k, n, repeat=False) for k, n in segs]), 4, ids)
+    return ids
 
 
 def test_lru_evicts_oldest_release_batch_first_and_suffix_before_prefix() -> None:
@@ -15,14 +17,14 @@ def test_lru_evicts_oldest_release_batch_first_and_suffix_before_prefix() -> Non
     pool = BlockPool(10, 4)
     a = _hashes((1, 17))  # A: 15 prompt + 2 generated tokens -> full blocks 0-3, 1 partial
     b = _hashes((1, 10), (2, 4))  # B: 14 tokens sharing A's first 10
-    lease_a: list[int] = []
+    lease_a = Lease()
     assert pool.allocate(lease_a, 5)
     pool.publish(lease_a, a, 0, 4)
     assert pool.num_active == 5
 
     hits = pool.lookup(b, len(b))
     assert len(hits) == 2  # 8 tokens: blocks 0-1 (block 2 holds A's 10,11 vs B's own)
-    lease_b: list[int] = []
+    lease_b = Lease()
     assert pool.allocate(lease_b, 4, reuse=hits)  # new_blocks = 2
     pool.publish(lease_b, b, 2, 3)
     assert pool.num_active == 7
@@ -34,7 +36,7 @@ def test_lru_evicts_oldest_release_batch_first_and_suffix_before_prefix() -> Non
     pool.check()
 
     survivors_before = pool.cached_identities()
-    lease_c: list[int] = []
+    lease_c = Lease()
     assert pool.allocate(lease_c, 9)  # 36 tokens: 5 free slots first, then 4 evictions
     evicted = survivors_before - pool.cached_identities()
     # Evicted in order: A block 3, A block 2, B's divergent block 2, shared block 1.
@@ -45,7 +47,7 @@ def test_lru_evicts_oldest_release_batch_first_and_suffix_before_prefix() -> Non
     order = []
     for _ in range(4):
         before = pool2.cached_identities()
-        assert pool2.allocate([], 1)
+        assert pool2.allocate(Lease(), 1)
         (gone,) = before - pool2.cached_identities()
         order.append(gone)
     assert order == [a[3], a[2], b[2], a[1]]
@@ -57,15 +59,15 @@ def _replay_case_32() -> BlockPool:
     pool = BlockPool(10, 4)
     a = _hashes((1, 17))
     b = _hashes((1, 10), (2, 4))
-    la: list[int] = []
+    la = Lease()
     pool.allocate(la, 5)
     pool.publish(la, a, 0, 4)
-    lb: list[int] = []
+    lb = Lease()
     pool.allocate(lb, 4, reuse=pool.lookup(b, 3))
     pool.publish(lb, b, 2, 3)
     pool.release(la)
     pool.release(lb)
-    assert pool.allocate([], 5)
+    assert pool.allocate(Lease(), 5)
     assert pool.num_free == 0
     return pool
 
@@ -74,18 +76,18 @@ def test_release_keeps_the_parent_when_a_leaf_is_evicted() -> None:
     # Spec case 33.
     pool = BlockPool(2, 4)
     h = _hashes((1, 8))
-    lease: list[int] = []
+    lease = Lease()
     assert pool.allocate(lease, 2)
     pool.publish(lease, h, 0, 2)
     pool.release(lease)
-    assert pool.allocate([], 1)  # an unrelated 1-block request
+    assert pool.allocate(Lease(), 1)  # an unrelated 1-block request
     assert len(pool.lookup(h, 2)) == 1  # the parent survives, the leaf is gone
     pool.check()
 
 
 def test_allocation_is_atomic() -> None:
     pool = BlockPool(4, 4)
-    held: list[int] = []
+    held = Lease()
     assert pool.allocate(held, 3)
     lease = [99]  # a foreign entry proves the lease is untouched on failure
     assert not pool.allocate(lease, 3)
@@ -96,7 +98,7 @@ def test_allocation_is_atomic() -> None:
 def test_reusing_an_inactive_block_does_not_count_it_as_evictable() -> None:
     pool = BlockPool(2, 4)
     h = _hashes((1, 4))
-    lease: list[int] = []
+    lease = Lease()
     pool.allocate(lease, 1)
     pool.publish(lease, h, 0, 1)
     pool.release(lease)  # 1 inactive, 1 free
@@ -111,10 +113,10 @@ def test_reusing_an_inactive_block_does_not_count_it_as_evictable() -> None:
 def test_shared_blocks_are_ref_counted_and_duplicates_stay_anonymous() -> None:
     pool = BlockPool(8, 4)
     h = _hashes((1, 8))
-    a: list[int] = []
+    a = Lease()
     pool.allocate(a, 2)
     pool.publish(a, h, 0, 2)
-    b: list[int] = []
+    b = Lease()
     pool.allocate(b, 2, reuse=pool.lookup(h, 1))  # shares block 0, recomputes block 1
     pool.publish(b, h, 1, 2)  # duplicate identity: A's block keeps answering lookups
     assert b[0] == a[0] and b[1] != a[1]
@@ -130,7 +132,7 @@ def test_a_fully_evicted_pool_reuses_every_block() -> None:
     pool = BlockPool(3, 2)
     for key in range(5):
         h = block_hashes(make_prompt([Segment(key, 6, repeat=False)]), 2)
-        lease: list[int] = []
+        lease = Lease()
         assert pool.allocate(lease, 3)
         pool.publish(lease, h, 0, 3)
         pool.release(lease)
@@ -143,7 +145,7 @@ def test_a_block_reused_over_and_over_keeps_the_lru_small() -> None:
     # stale runs are dropped once they outnumber the cached blocks.
     pool = BlockPool(4, 4)
     h = _hashes((1, 4))
-    lease: list[int] = []
+    lease = Lease()
     pool.allocate(lease, 1)
     pool.publish(lease, h, 0, 1)
     pool.release(lease)
@@ -160,12 +162,12 @@ def test_a_lease_grown_block_by_block_is_one_run() -> None:
     # publishing and releasing it work on one run, and the LRU order is still leaf first.
     pool = BlockPool(16, 4)
     h = _hashes((1, 32))
-    lease: list[int] = []
+    lease = Lease()
     for n in range(1, 9):
         assert pool.allocate(lease, n)
         pool.publish(lease, h, n - 1, n)
     assert lease == list(range(lease[0], lease[0] + 8))
-    assert len(pool._runs(lease, 0, len(lease))) == 1
+    assert len(lease.runs) == 1
     pool.release(lease)
     assert pool.allocate(lease, 8 + 3)  # 8 free blocks, then 3 evictions: the leaves
     assert pool.cached_identities() == set(h[:5])
@@ -180,9 +182,9 @@ def _run(first: int, n: int) -> list[int]:
     return list(range(first, first + n))
 
 
-def _computed(pool: BlockPool, h: list[int]) -> list[int]:
+def _computed(pool: BlockPool, h: list[int]) -> Lease:
     """A lease of ``len(h)`` fresh blocks, computed and published under ``h``."""
-    lease: list[int] = []
+    lease = Lease()
     assert pool.allocate(lease, len(h))
     pool.publish(lease, h, 0, len(h))
     return lease
@@ -192,13 +194,13 @@ def test_a_duplicate_run_stays_anonymous_and_the_first_copy_answers() -> None:
     pool = BlockPool(32, 4)
     h = _run(1000, 8)
     a = _computed(pool, h)
-    b: list[int] = []
+    b = Lease()
     assert pool.allocate(b, 12)  # computed independently: the same run, then 4 more
     longer = _run(1000, 12)
     pool.publish(b, longer, 0, 6)
     pool.publish(b, longer, 6, 12)  # the chunk boundary falls inside the run
     assert [pool.identity(x) for x in b] == [None] * 8 + longer[8:]
-    assert pool.lookup(longer, 12) == a + b[8:]  # a's blocks, then b's own
+    assert pool.lookup(longer, 12) == [*a, *b[8:]]  # a's blocks, then b's own
     pool.release(b)
     assert pool.num_inactive == 4 and pool.num_free == 32 - 8 - 4
     pool.check()
@@ -226,10 +228,10 @@ def test_forgetting_a_block_inside_a_run_keeps_the_blocks_above_findable() -> No
     blocks = list(a)
     pool.release(a)  # the anonymous block is freed, the others cached
     assert (pool.num_inactive, pool.num_free) == (7, 9)
-    a2: list[int] = []
+    a2 = Lease()
     assert pool.allocate(a2, 1)
     pool.publish(a2, h[3:4], 0, 1)  # another block answers h[3]: the run is whole again
-    assert pool.lookup(h, 8) == blocks[:3] + a2 + blocks[4:]
+    assert pool.lookup(h, 8) == [*blocks[:3], *a2, *blocks[4:]]
     pool.check()
 
 
@@ -237,17 +239,17 @@ def test_evicting_the_bottom_of_a_run_keeps_its_top() -> None:
     pool = BlockPool(8, 4)
     h = _run(900, 8)
     a = _computed(pool, h)
-    b: list[int] = []
+    b = Lease()
     assert pool.allocate(b, 4, reuse=pool.lookup(h[4:], 4))  # holds the top half
     pool.release(a)  # the bottom half becomes evictable
-    assert pool.allocate([], 4)  # evicts it
+    assert pool.allocate(Lease(), 4)  # evicts it
     assert pool.cached_identities() == set(h[4:])
     assert pool.lookup(h, 8) == []
     assert pool.lookup(h[4:], 4) == b
     pool.check()
     held = list(b)
     pool.release(b)
-    assert pool.allocate([], 2)  # evicts the top of what is left: h[7], h[6]
+    assert pool.allocate(Lease(), 2)  # evicts the top of what is left: h[7], h[6]
     assert pool.lookup(h[4:], 4) == held[:2]
     pool.check()
 
@@ -258,17 +260,17 @@ def test_evicting_inside_a_released_run_splits_it() -> None:
     pool = BlockPool(12, 4)
     h = _run(300, 10)
     a = _computed(pool, h[:6])
-    b: list[int] = []
+    b = Lease()
     assert pool.allocate(b, 10, reuse=pool.lookup(h, 4))
     pool.publish(b, h, 4, 10)  # h[4], h[5] are a's: b's copies stay anonymous
-    answering = a + b[6:]
+    answering = [*a, *b[6:]]
     assert pool.lookup(h, 10) == answering
     pool.release(b)
     pool.release(a)
     for left in range(10, 0, -1):
         assert pool.lookup(h, 10) == answering[:left]
         pool.check()
-        assert pool.allocate([], pool.num_free + 1)
+        assert pool.allocate(Lease(), pool.num_free + 1)
     assert pool.lookup(h, 10) == []
 
 
@@ -276,7 +278,7 @@ def test_arbitrary_identities_such_as_state_ones_answer_one_by_one() -> None:
     pool = BlockPool(8, 4)
     ids = [hash(("state", 17, s)) for s in range(4)]
     ids[2] = ids[1] + 1  # a chance neighbour is no run
-    lease: list[int] = []
+    lease = Lease()
     assert pool.allocate(lease, 4)
     pool.publish(lease, ids, 0, 4)
     assert pool.lookup(ids, 4) == lease

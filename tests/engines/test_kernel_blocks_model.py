@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servesim.engines.kernel.blocks import BlockPool
+from servesim.engines.kernel.blocks import BlockPool, Lease
+from servesim.engines.kernel.tokens import BlockIds
 
 
 class ModelPool:
@@ -101,23 +102,29 @@ OPS = st.lists(st.tuples(st.sampled_from(["alloc", "alloc", "grow", "publish", "
                min_size=20, max_size=80)
 
 
-def _identities(family: int, holder: int, n: int) -> list[int]:
-    if family == 2:  # colliding identities: two blocks of a prompt share each one
-        return [2000 + i // 2 for i in range(n)]
-    shared = 3 + family  # a family's first blocks are common to its holders
-    return [family * 1000 + i if i < shared else family * 1000 + 100 * (holder + 1) + i
-            for i in range(n)]
+def _identities(family: int, holder: int, n: int) -> BlockIds:
+    """Runs as prompts give them: a family's first blocks are one run common to its
+    holders, then each holder's own run; family 2 has colliding identities (two blocks of
+    a prompt share each one, each its own run)."""
+    if family == 2:
+        return BlockIds.of(2000 + i // 2 for i in range(n))
+    ids = BlockIds()
+    shared = 3 + family
+    ids.add(family * 1000, family * 1000, shared)
+    own = family * 1000 + 100 * (holder + 1) + shared
+    ids.add(own, own, n - shared)
+    return ids
 
 
 @settings(max_examples=400, deadline=None)
 @given(st.integers(1, 16), OPS)
 def test_the_pool_follows_the_model(num_blocks: int, ops: list[tuple[str, int, int, int]]) -> None:
     pool, model = BlockPool(num_blocks, 4), ModelPool(num_blocks)
-    leases: dict[int, tuple[list[int], list[int], list[int]]] = {}  # pool, model, hashes
+    leases: dict[int, tuple[Lease, list[int], BlockIds]] = {}  # pool, model, hashes
     named: dict[int, int] = {}  # pool block -> the model block at the same place
     for kind, holder, size, family in ops:
         if holder not in leases:
-            leases[holder] = ([], [], _identities(family, holder, 12))
+            leases[holder] = (Lease(), [], _identities(family, holder, 12))
         lp, lm, hashes = leases[holder]
         held = len(lp)
         if kind == "alloc" and not lp:
@@ -132,7 +139,7 @@ def test_the_pool_follows_the_model(num_blocks: int, ops: list[tuple[str, int, i
         elif kind == "publish" and lp:
             end = min(len(lp), size + 1)
             pool.publish(lp, hashes, 0, end)
-            model.publish(lm, hashes, 0, end)
+            model.publish(lm, hashes.as_list(), 0, end)
         elif kind == "release":
             pool.release(lp)
             model.release(lm)
@@ -156,7 +163,7 @@ def test_the_pool_follows_the_model(num_blocks: int, ops: list[tuple[str, int, i
     # the LRU order: evicting one block at a time drops the model's identities in order
     while pool.num_free < pool.num_available:
         before = pool.cached_identities()
-        assert pool.allocate([], pool.num_free + 1)
+        assert pool.allocate(Lease(), pool.num_free + 1)
         assert model.allocate([], len(model.free) + num_blocks - model.unused + 1)
         gone = before - pool.cached_identities()
         assert len(gone) == 1 and gone == before - set(model.index)

@@ -68,12 +68,12 @@ def _check_conservation(rank: RankScheduler) -> None:
         assert seq.status == RUNNING
         # every computed token (accepted drafts included) has its KV slot
         assert seq.num_computed <= len(seq.lease) * rank.block_size
-        held.update(seq.lease)
+        held.update(seq.lease.blocks())
         if seq.state is not None:
-            held.update(seq.state.working)
+            held.update(seq.state.working.blocks())
             for ck in seq.state.retained:
                 if ck.held:
-                    held.update(ck.blocks)
+                    held.update(ck.blocks.blocks())
     for seq in rank.waiting:
         assert seq.lease == []
         if seq.state is not None:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from servesim.engines.kernel.blocks import Lease
 from servesim.engines.kernel.rank import FINISHED, RUNNING, WAITING
 from servesim.engines.kernel.tokens import Segment, make_prompt
 from servesim.engines.vllm import RankScheduler, SeqState
@@ -110,13 +111,13 @@ def _seed_pool(rank: RankScheduler, seq: SeqState, token_blocks: int,
     pool, state_cache = rank.pool, rank.state
     assert state_cache is not None
     rank._ensure_hashes(seq, token_blocks)
-    lease: list[int] = []
+    lease = Lease()
     assert pool.allocate(lease, token_blocks)
     pool.publish(lease, seq.hashes, 0, token_blocks)
     pool.release(lease)
     for boundary, slots in snapshots.items():
         ids = state_cache.snapshot_ids(rank._prefix_identity(seq, boundary), boundary)[:slots]
-        holder: list[int] = []
+        holder = Lease()
         assert pool.allocate(holder, len(ids))
         pool.publish(holder, ids, 0, len(ids))
         pool.release(holder)

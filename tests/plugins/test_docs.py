@@ -72,6 +72,20 @@ def test_every_field_of_a_type_a_plugin_sees_is_documented(heading: str) -> None
     assert fields - _documented_fields(heading) == set()
 
 
+@pytest.mark.parametrize("module", ["placement", "prompt_cache", "static_batch"])
+def test_every_kernel_helper_has_a_line_in_the_guide(module: str) -> None:
+    import importlib
+
+    mod = importlib.import_module(f"servesim.engines.kernel.{module}")
+    helpers = [name for name, obj in vars(mod).items() if not name.startswith("_")
+               and (inspect.isclass(obj) or inspect.isfunction(obj))
+               and obj.__module__ == mod.__name__]
+    section = DOC.read_text(encoding="utf-8").split("## Kernel helpers\n", 1)[1]
+    section = section.split("\n## ", 1)[0]
+    assert helpers
+    assert [h for h in helpers if f"| `{mod.__name__}.{h}" not in section] == []
+
+
 def test_the_worked_example_gpu_of_the_docs_loads() -> None:
     import json
 

@@ -1,8 +1,4 @@
-"""The static-batch engine: its options, its payload checks and its replay entry point.
-
-The run itself is :class:`servesim_static_batch.batching.StaticBatchReplay`, written on
-servesim's replay base class.
-"""
+"""The static-batch engine: its options, its payload checks and its replay entry point."""
 
 from __future__ import annotations
 

@@ -26,6 +26,7 @@ from typing import Any
 import attrs
 
 from servesim.backends import Backend
+from servesim.engines.kernel.blocks import NO_BLOCKS, Lease
 from servesim.engines.kernel.rank import RUNNING, WAITING
 from servesim.engines.kernel.requests import RequestRecord, RequestSpec
 from servesim.engines.kernel.state import RequestState
@@ -66,7 +67,7 @@ class PrefillRank(RankScheduler):
         # Let the base class do its bookkeeping on empty holdings, then keep the blocks:
         # they stay active (not evictable, still cache-visible) until release_source.
         lease, state = seq.lease, seq.state
-        seq.lease = []
+        seq.lease = Lease()
         if state is not None:
             seq.state = RequestState()
         super()._finish(seq, out)
@@ -146,7 +147,7 @@ class DecodeRank(RankScheduler):
         bs = self.block_size
         blocks = -(-seq.prompt_len // bs)
         pool = self.pool
-        hits: list[int] = []
+        hits = NO_BLOCKS
         if self.no_evict:
             # TensorRT-LLM (FreshOnly): fresh blocks for the whole prompt, once the whole
             # sequence fits beside what the admitted and reserved requests may still take.

@@ -132,13 +132,13 @@ def _queues(rank: Any) -> list[tuple[str, Iterable[Any], int | None]]:
 
 
 def _holdings(seq: Any) -> Iterator[tuple[str, list[int]]]:
-    yield "lease", seq.lease
+    yield "lease", seq.lease.blocks()
     rs = seq.state
     if rs is not None:
-        yield "working state", rs.working
+        yield "working state", rs.working.blocks()
         for ck in rs.retained:
             if ck.held:
-                yield f"checkpoint at {ck.boundary}", ck.blocks
+                yield f"checkpoint at {ck.boundary}", ck.blocks.blocks()
 
 
 def audit_pool(pool: BlockPool, where: str) -> None:

@@ -4,87 +4,104 @@ Every physical block is in exactly one of three states:
 
 * **free** - holds nothing reusable (never used, or released without a cache identity);
 * **active** - referenced by at least one lease (``ref > 0``);
-* **inactive** - released (``ref == 0``) but still addressable by its hash, so a later
-  request with the same prefix can reuse it; evicted on demand in LRU order.
+* **inactive** - released (``ref == 0``) but still addressable by its identity, so a
+  later request with the same prefix can reuse it; evicted on demand in LRU order.
 
-A full block gets a hash identity only once its tokens are computed (:meth:`publish`), so
-a prefix hit never points at KV that does not exist yet. Releasing a lease walks it in
+A full block gets an identity only once its tokens are computed (:meth:`publish`), so a
+prefix hit never points at KV that does not exist yet. Releasing a lease walks it in
 reverse, leaf first: the LRU then evicts the oldest release batch first and, inside a
 batch, suffix blocks before the prefix blocks they extend (a parent outlives its leaf).
 Free blocks are always consumed before any cached block is evicted.
 
-A *lease* is the plain ``list[int]`` of block ids a holder owns, in token order. The pool
-does not know who holds a lease, so the same calls serve request KV, a per-request state
-cache (more leases per request) and P/D handoff (a source simply keeps its lease until
-released; a destination reserves a lease before the KV arrives).
+A :class:`Lease` holds blocks for one holder, in token order. The pool does not know who
+holds a lease, so the same calls serve request KV, a per-request state cache (more leases
+per request) and P/D handoff (a source keeps its lease until released; a destination
+reserves a lease before the KV arrives).
 
-Representation: the work is per run of blocks, not per block. The fresh blocks an
-allocation appends to a lease form an *extent* (a later allocation extends it while the
-lease ends with the extent's last block and is its only holder). An extent keeps its
-blocks' reference counts and identities in lists indexed by offset, and a lease holds its
-extents' blocks in runs, so releasing and evicting a run are list-slice operations. The
-LRU is a queue of *release runs* (the consecutive blocks of one extent that one release
-made inactive, evicted from the top down, in release order); referencing or forgetting
-one of their blocks invalidates it lazily (it leaves its run's stamp and the run counts
-it stale). The prefix index (identity -> block) is the one per-block structure: a lookup
-and a publication are per identity.
+Representation: every cost is per run of blocks, not per block, so a pool of one-token
+blocks (SGLang's page size 1) costs what a pool of 64-token blocks does.
+
+* The fresh blocks an allocation appends to a lease form an *extent*; a later
+  allocation extends it while the lease ends with the extent's last block and is its
+  only holder. An extent keeps its blocks' reference counts, pieces and release runs in
+  lists indexed by offset, changed by slice operations.
+* A lease is a list of runs ``(extent, lo, hi)``.
+* The prefix index maps a run's *base* identity (see
+  :class:`~servesim.engines.kernel.tokens.BlockIds`) to its *pieces*: consecutive blocks
+  of one extent answering consecutive identities of that run. At most one block answers
+  an identity.
+* The LRU is a queue of *release runs* (the consecutive blocks of one extent that one
+  release made inactive, evicted from the top down, in release order); referencing or
+  forgetting one of their blocks invalidates it lazily (it leaves its run's stamp and
+  the run counts it stale).
 
 A block id is ``extent key * num_blocks + offset`` and is never reused: a free block has
-no id (the free blocks are a count), an evicted or freed block's id is retired with it.
-Every operation costs O(runs touched) plus C-level slice work (and one index entry) per
-block; nothing scans the pool.
+no id (the free blocks are a count); an evicted or freed block's id is retired with it.
+Every operation costs O(runs and pieces touched) plus C-level slice work per block;
+nothing scans the pool.
 """
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections import Counter, deque
+from collections.abc import Iterable, Iterator
+from itertools import repeat
+from operator import add, sub
 
-Lease = list[int]
-# Block ids and identities are ints held boxed in lists and dict keys. The compiled build
-# unboxes an element it reads as ``int`` and boxes it anew (a new object, for ints past
-# 256) to store it or look it up; read as ``Any`` the same object passes on.
-_Boxed = Any
+from servesim.engines.kernel.tokens import BlockIds
 
 
 class _Extent:
-    """Blocks ``base .. base + len(blocks) - 1``: fresh blocks for consecutive positions of
+    """Blocks ``base .. base + len(ref) - 1``: fresh blocks for consecutive positions of
     a lease, in token order (see :meth:`BlockPool._take_fresh`).
 
-    Per offset: ``ref`` (references), ``ident`` (the identity the block answers lookups
-    for, or None) and ``stamp`` (the release run holding it in the LRU, or None). A block
-    is active if ``ref > 0``, inactive if ``ref == 0`` with an identity (then it has a
-    stamp), and retired (freed or evicted; its id is never handed out again) otherwise.
+    Per offset: ``ref`` (references), ``piece`` (the piece through which the block
+    answers lookups, or None) and ``stamp`` (the release run holding it in the LRU, or
+    None). A block is active if ``ref > 0``, inactive if ``ref == 0`` with a piece (then
+    it has a stamp), and retired (freed or evicted; its id is never handed out again)
+    otherwise.
     """
 
-    __slots__ = ("base", "blocks", "ident", "key", "live", "ref", "stamp")
+    __slots__ = ("base", "key", "live", "piece", "ref", "stamp")
 
     def __init__(self, key: int, base: int) -> None:
         self.key = key
         self.base = base
-        self.blocks: list[int] = []
         self.ref: list[int] = []
-        self.ident: list[int | None] = []
+        self.piece: list[_Piece | None] = []
         self.stamp: list[_Released | None] = []
         self.live = 0  # active plus inactive blocks; the pool drops the extent at 0
 
     def grow(self, lease: Lease, count: int) -> None:
         """Append ``count`` active blocks (one reference each), to ``lease`` too."""
-        blocks = self.blocks
-        end = self.base + len(blocks)
+        lo = len(self.ref)
         if count == 1:  # a decode step's block
-            blocks.append(end)
             self.ref.append(1)
-            self.ident.append(None)
+            self.piece.append(None)
             self.stamp.append(None)
         else:
-            blocks += range(end, end + count)
             self.ref += [1] * count
-            self.ident += [None] * count
+            self.piece += [None] * count
             self.stamp += [None] * count
         self.live += count
-        lease += blocks[-count:]
+        lease.append(self, lo, lo + count)
+
+
+class _Piece:
+    """Blocks ``lo .. hi - 1`` of ``ext`` answer identities ``base + off`` onwards."""
+
+    __slots__ = ("base", "ext", "hi", "lo", "off")
+
+    def __init__(self, ext: _Extent, lo: int, hi: int, base: int, off: int) -> None:
+        self.ext = ext
+        self.lo = lo
+        self.hi = hi
+        self.base = base
+        self.off = off
+
+    def identity(self, offset: int) -> int:
+        """The identity block ``offset`` of the extent answers."""
+        return self.base + self.off + offset - self.lo
 
 
 class _Released:
@@ -99,6 +116,171 @@ class _Released:
         self.lo = lo
         self.hi = hi
         self.stale = 0
+
+
+class Lease:
+    """Blocks held by one holder, in token order, as runs ``(extent, lo, hi)``."""
+
+    __slots__ = ("runs", "size")
+
+    def __init__(self) -> None:
+        self.runs: list[tuple[_Extent, int, int]] = []
+        self.size = 0
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __bool__(self) -> bool:
+        return self.size > 0
+
+    def append(self, ext: _Extent, lo: int, hi: int) -> None:
+        """Append blocks ``lo .. hi - 1`` of ``ext`` (merged into the last run when they
+        continue it)."""
+        runs = self.runs
+        if runs:
+            last, last_lo, last_hi = runs[-1]
+            if last is ext and last_hi == lo:
+                runs[-1] = (ext, last_lo, hi)
+                self.size += hi - lo
+                return
+        runs.append((ext, lo, hi))
+        self.size += hi - lo
+
+    def extend(self, other: Lease) -> None:
+        for ext, lo, hi in other.runs:
+            self.append(ext, lo, hi)
+
+    def copy(self) -> Lease:
+        out = Lease()
+        out.runs = list(self.runs)
+        out.size = self.size
+        return out
+
+    def clear(self) -> None:
+        self.runs.clear()
+        self.size = 0
+
+    def blocks(self) -> list[int]:
+        """The block ids, in token order (for the auditor, tests and state snapshots)."""
+        out: list[int] = []
+        for ext, lo, hi in self.runs:
+            out += range(ext.base + lo, ext.base + hi)
+        return out
+
+    def head(self, count: int) -> Lease:
+        """A new lease of the first ``count`` blocks (the same blocks, not referenced)."""
+        out = Lease()
+        for ext, lo, hi in self.runs:
+            if out.size + hi - lo >= count:
+                out.append(ext, lo, lo + count - out.size)
+                break
+            out.append(ext, lo, hi)
+        return out
+
+    def tail(self, start: int) -> list[tuple[_Extent, int, int, int]]:
+        """Positions ``start ..`` as runs ``(extent, lo, hi, first position)``, first to
+        last (the walk starts from the end: a caller asks for recent blocks)."""
+        out: list[tuple[_Extent, int, int, int]] = []
+        end = self.size
+        for ext, lo, hi in reversed(self.runs):
+            if end <= start:
+                break
+            first = end - (hi - lo)
+            if first < start:
+                lo += start - first
+                first = start
+            out.append((ext, lo, hi, first))
+            end = first
+        out.reverse()
+        return out
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.blocks())
+
+    def __getitem__(self, index: int) -> int:
+        return self.blocks()[index]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Lease):
+            return self.blocks() == other.blocks()
+        if isinstance(other, list):
+            return self.blocks() == other
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Lease({self.blocks()})"
+
+
+NO_BLOCKS = Lease()  # an empty reuse (never grown: allocate only reads it)
+
+
+def _ids(identities: BlockIds | Iterable[int]) -> BlockIds:
+    return identities if isinstance(identities, BlockIds) else BlockIds.of(identities)
+
+
+def _covering(pieces: list[_Piece] | None, off: int) -> _Piece | None:
+    """The piece of a run answering offset ``off``, if any."""
+    if pieces:
+        for piece in pieces:
+            if piece.off <= off < piece.off + piece.hi - piece.lo:
+                return piece
+    return None
+
+
+def _same_until(items: list, value: object, lo: int, hi: int) -> int:
+    """The end of the stretch of ``items[lo:hi]`` that starts at ``lo`` and holds only
+    ``value``, found with C-level slice counts (galloping, then bisection)."""
+    good, step = lo + 1, 1
+    while good < hi:
+        probe = min(hi, good + step)
+        if items[good:probe].count(value) != probe - good:
+            hi = probe - 1  # the first other item lies in good .. probe - 1
+            break
+        good = probe
+        step *= 2
+    while good < hi:
+        mid = (good + hi + 1) // 2
+        if items[good:mid].count(value) == mid - good:
+            good = mid
+        else:
+            hi = mid - 1
+    return good
+
+
+def _same_from(items: list, value: object, lo: int, top: int) -> int:
+    """The start of the stretch of ``items[lo:top]`` that ends at ``top`` and holds only
+    ``value`` (``items[top - 1]`` does), found like :func:`_same_until`, downwards."""
+    good, step = top - 1, 1
+    while good > lo:
+        probe = max(lo, good - step)
+        if items[probe:good].count(value) != good - probe:
+            lo = probe + 1  # the last other item lies in probe .. good - 1
+            break
+        good = probe
+        step *= 2
+    while good > lo:
+        mid = (good + lo) // 2
+        if items[mid:good].count(value) == good - mid:
+            good = mid
+        else:
+            lo = mid + 1
+    return good
+
+
+def _stretches(items: list, value: object) -> list[tuple[int, int]]:
+    """The maximal stretches ``(lo, hi)`` of ``items`` holding only ``value``, in order."""
+    out: list[tuple[int, int]] = []
+    k = 0
+    while True:
+        try:
+            k = items.index(value, k)
+        except ValueError:
+            return out
+        end = _same_until(items, value, k, len(items))
+        out.append((k, end))
+        k = end
 
 
 class BlockPool:
@@ -122,7 +304,7 @@ class BlockPool:
         self.block_size = block_size
         self._extents: dict[int, _Extent] = {}  # key -> extent with live blocks
         self._next_key = 0
-        self._index: dict[int, int] = {}  # identity -> the block that answers lookups
+        self._index: dict[int, list[_Piece]] = {}  # run base -> its cached pieces
         self._lru: deque[_Released] = deque()  # oldest first
         self._num_active = 0
         self._num_inactive = 0
@@ -152,109 +334,189 @@ class BlockPool:
         if ext is None:
             return None
         offset = block - ext.base
-        return (ext, offset) if offset < len(ext.blocks) else None
+        return (ext, offset) if offset < len(ext.ref) else None
 
     def is_active(self, block: int) -> bool:
         where = self._locate(block)
         return where is not None and where[0].ref[where[1]] > 0
 
-    def count_active(self, blocks: Sequence[int]) -> int:
-        """How many of ``blocks`` (held or cached blocks, e.g. a lookup's) are active."""
+    def count_active(self, lease: Lease) -> int:
+        """How many of ``lease``'s blocks (held or cached blocks, e.g. a lookup's) are
+        active."""
         active = 0
-        for ext, lo, hi, _ in self._runs(blocks, 0, len(blocks)):
+        for ext, lo, hi in lease.runs:
             active += hi - lo - ext.ref[lo:hi].count(0)
         return active
 
     def identity(self, block: int) -> int | None:
         where = self._locate(block)
-        return None if where is None else where[0].ident[where[1]]
+        if where is None:
+            return None
+        ext, offset = where
+        piece = ext.piece[offset]
+        return None if piece is None else piece.identity(offset)
 
     def cached_identities(self) -> set[int]:
         """All identities that a lookup can hit (for tests and inspection; O(cache))."""
-        return set(self._index)
+        return {piece.base + piece.off + k for pieces in self._index.values()
+                for piece in pieces for k in range(piece.hi - piece.lo)}
 
     def references(self) -> dict[int, int]:
         """Reference count of every active block (for the auditor and tests; O(pool))."""
-        return {block: r for ext in self._extents.values()
-                for block, r in zip(ext.blocks, ext.ref, strict=True) if r}
+        return {ext.base + offset: r for ext in self._extents.values()
+                for offset, r in enumerate(ext.ref) if r}
 
     # -- prefix cache -----------------------------------------------------------------
 
-    def lookup(self, hashes: list[int], max_blocks: int) -> list[int]:
-        """Blocks answering the longest cached prefix of ``hashes[:max_blocks]``."""
+    def lookup(self, identities: BlockIds | Iterable[int], max_blocks: int) -> Lease:
+        """Blocks answering the longest cached prefix of ``identities[:max_blocks]`` (a
+        lease the caller has not referenced yet: pass it to :meth:`allocate`)."""
+        ids = _ids(identities)
+        out = Lease()
         index = self._index
-        names: list[_Boxed] = hashes
-        out: list[_Boxed] = []
-        for i in range(min(max_blocks, len(names))):
-            block = index.get(names[i])
-            if block is None:
-                break
-            out.append(block)
+        for base, first, lo, hi in ids.runs(0, min(max_blocks, len(ids))):
+            off = first - base
+            want = hi - lo
+            pieces = index.get(base)
+            while want:
+                piece = _covering(pieces, off)
+                if piece is None:
+                    return out
+                start = piece.lo + off - piece.off
+                take = min(want, piece.hi - start)
+                out.append(piece.ext, start, start + take)
+                off += take
+                want -= take
         return out
 
-    def cached_prefix(self, hashes: list[int]) -> int:
-        """How many leading blocks of ``hashes`` a lookup would hit (a router's query;
-        changes nothing, costs one index probe per hit)."""
-        index = self._index
-        names: list[_Boxed] = hashes
-        n = 0
-        for name in names:
-            if name not in index:
-                break
-            n += 1
-        return n
+    def cached_prefix(self, identities: BlockIds | Iterable[int]) -> int:
+        """How many leading blocks of ``identities`` a lookup would hit (a router's query;
+        changes nothing)."""
+        ids = _ids(identities)
+        return len(self.lookup(ids, len(ids)))
 
-    def _runs(self, lease: Sequence[int], start: int, end: int
-              ) -> list[tuple[_Extent, int, int, int]]:
-        """``lease[start:end]`` as runs ``(extent, lo, hi, first)``, last run first: lease
-        positions ``first .. first + hi - lo - 1`` hold the extent's blocks ``lo .. hi - 1``.
-
-        A run is found in one step when the lease holds its extent from offset 0 (or from
-        position ``start``); anything else (a reused run entered past its extent's start,
-        a lease holding a block twice) falls back to one-block runs.
-        """
-        extents, nb = self._extents, self.num_blocks
-        # (a list, indexed and sliced without the generic sequence protocol)
-        held: list[int] = lease if isinstance(lease, list) else list(lease)
-        runs = []
-        while end > start:
-            block = held[end - 1]
-            ext = extents[block // nb]
-            hi = block - ext.base + 1
-            lo = hi - end + start
-            if lo < 0:
-                lo = 0
-            if hi - lo > 1 and held[end - hi + lo:end] != ext.blocks[lo:hi]:
-                lo = hi - 1
-            end -= hi - lo
-            runs.append((ext, lo, hi, end))
-        return runs
-
-    def publish(self, lease: Lease, hashes: list[int], start: int, end: int) -> None:
-        """Make the computed full blocks ``lease[start:end]`` visible under ``hashes``.
+    def publish(self, lease: Lease, identities: BlockIds | Iterable[int], start: int,
+                end: int) -> None:
+        """Make the computed full blocks ``lease[start:end]`` visible under their
+        ``identities``.
 
         If an identity is already cached by another block (two requests computed the same
         prefix independently, or the recompute rule redid a cached block), the existing
         block keeps answering lookups and this copy stays anonymous: it returns to the
         free blocks on release instead of occupying the LRU with a duplicate.
         """
-        index: dict[_Boxed, _Boxed] = self._index
-        names: list[_Boxed] = hashes
-        runs = self._runs(lease, start, end)
-        runs.reverse()  # first to last: of two blocks publishing one identity, the first wins
-        for ext, lo, hi, first in runs:
-            blocks: list[_Boxed] = ext.blocks
-            ident = ext.ident
-            for offset in range(lo, hi):
-                block = blocks[offset]
-                name = names[first]
-                first += 1
-                if index.setdefault(name, block) == block:  # new, or its own already
-                    ident[offset] = name
+        ids = _ids(identities)
+        if self._grow_last_piece(lease, ids, start, end):
+            return
+        blocks = lease.tail(start)
+        names = ids.runs(start, end)
+        b = n = 0
+        while b < len(blocks) and n < len(names):
+            ext, lo, hi, at = blocks[b]
+            base, first, id_lo, id_hi = names[n]
+            pos = max(at, id_lo)
+            stop = min(at + hi - lo, id_hi, end)
+            if pos < stop:
+                self._name(ext, lo + pos - at, stop - pos, base, first + pos - id_lo - base)
+            if at + hi - lo <= stop:
+                b += 1
+            if id_hi <= stop:
+                n += 1
+
+    def _grow_last_piece(self, lease: Lease, ids: BlockIds, start: int, end: int) -> bool:
+        """The common publication of a decode step: blocks of the lease's last run that
+        continue the only piece of the identities' last run. Made in O(1); False (nothing
+        done) for any other."""
+        ends = ids.ends
+        run_start = ends[-2] if len(ends) > 1 else 0
+        if not ends or ends[-1] < end or run_start > start:
+            return False
+        ext, lo, hi = lease.runs[-1]
+        first = hi - (lease.size - start)
+        top = first + end - start
+        if first <= lo or top > hi:
+            return False
+        piece = ext.piece[first - 1]
+        base = ids.bases[-1]
+        if (piece is None or piece.hi != first or piece.base != base
+                or piece.identity(first - 1) + 1 != ids.firsts[-1] + start - run_start
+                or len(self._index[base]) != 1
+                or ext.piece[first:top].count(None) != top - first):
+            return False
+        piece.hi = top
+        ext.piece[first:top] = [piece] * (top - first)
+        return True
+
+    def _name(self, ext: _Extent, lo: int, count: int, base: int, off: int) -> None:
+        """Blocks ``lo ..`` of ``ext`` answer offsets ``off .. off + count - 1`` of run
+        ``base``, except offsets another block answers (or the block already does)."""
+        pieces = self._index.get(base)
+        if pieces is None:
+            pieces = self._index[base] = []
+        end = off + count
+        free = [(off, end)]
+        for piece in pieces:  # offsets other pieces answer stay with them
+            p_lo, p_hi = piece.off, piece.off + piece.hi - piece.lo
+            if p_lo < end and off < p_hi:
+                free = [(a, b) for lo_, hi_ in free
+                        for a, b in ((lo_, min(hi_, p_lo)), (max(lo_, p_hi), hi_)) if a < b]
+        for a, b in free:
+            first = lo + a - off
+            if ext.piece[first:first + b - a].count(None) != b - a:
+                continue  # named already (under another identity: a colliding run)
+            grown = self._extendable(pieces, ext, first, a)
+            if grown is None:
+                piece = _Piece(ext, first, first + b - a, base, a)
+                pieces.append(piece)
+            else:
+                piece = grown
+                piece.hi = first + b - a
+            ext.piece[first:first + b - a] = [piece] * (b - a)
+
+    @staticmethod
+    def _extendable(pieces: list[_Piece], ext: _Extent, lo: int, off: int) -> _Piece | None:
+        """A piece that ends right before block ``lo`` of ``ext`` and offset ``off``."""
+        for piece in pieces:
+            if piece.ext is ext and piece.hi == lo and piece.off + lo - piece.lo == off:
+                return piece
+        return None
+
+    def _unname(self, ext: _Extent, lo: int, hi: int) -> None:
+        """Blocks ``lo .. hi - 1`` of ``ext`` stop answering lookups (their pieces shrink
+        or split)."""
+        pieces_of = ext.piece
+        o = hi - 1
+        while o >= lo:
+            piece = pieces_of[o]
+            if piece is None:
+                o -= 1
+                continue
+            cut_lo, cut_hi = max(piece.lo, lo), min(piece.hi, o + 1)
+            pieces_of[cut_lo:cut_hi] = [None] * (cut_hi - cut_lo)
+            self._cut(piece, cut_lo, cut_hi)
+            o = cut_lo - 1
+
+    def _cut(self, piece: _Piece, lo: int, hi: int) -> None:
+        """Remove blocks ``lo .. hi - 1`` from ``piece``."""
+        if piece.lo < lo and hi < piece.hi:  # from the middle: the top becomes a piece
+            top = _Piece(piece.ext, hi, piece.hi, piece.base, piece.off + hi - piece.lo)
+            piece.ext.piece[hi:piece.hi] = [top] * (piece.hi - hi)
+            self._index[piece.base].append(top)
+            piece.hi = lo
+        elif piece.lo < lo:
+            piece.hi = lo
+        elif hi < piece.hi:
+            piece.off += hi - piece.lo
+            piece.lo = hi
+        else:
+            pieces = self._index[piece.base]
+            pieces.remove(piece)
+            if not pieces:
+                del self._index[piece.base]
 
     # -- allocation -------------------------------------------------------------------
 
-    def allocate(self, lease: Lease, target_blocks: int, reuse: Sequence[int] = ()) -> bool:
+    def allocate(self, lease: Lease, target_blocks: int, reuse: Lease | None = None) -> bool:
         """Grow ``lease`` to ``target_blocks`` blocks, all or nothing.
 
         ``reuse`` (cached blocks from :meth:`lookup`, for an empty lease) are referenced
@@ -262,13 +524,14 @@ class BlockPool:
         the least recently released cached blocks. Returns False and leaves the lease and
         the pool untouched when the pool cannot supply the blocks.
         """
-        fresh = target_blocks - len(lease) - len(reuse)
+        reused = len(reuse) if reuse is not None else 0
+        fresh = target_blocks - len(lease) - reused
         if fresh < 0:
             fresh = 0
         if fresh and not self.fits(fresh, reuse):
             return False
         if reuse:
-            for ext, lo, hi, _ in self._runs(reuse, 0, len(reuse)):
+            for ext, lo, hi in reuse.runs:
                 self._reference(ext, lo, hi)
             lease.extend(reuse)
         if fresh:
@@ -280,20 +543,27 @@ class BlockPool:
         leave the LRU (their release run counts them stale)."""
         ref = ext.ref
         size = hi - lo
-        inactive = ref[lo:hi].count(0)
-        if inactive:
-            stamp = ext.stamp
-            for offset in range(lo, hi):
-                run = stamp[offset]
-                if run is not None:
-                    run.stale += 1
-                    stamp[offset] = None
-            self._num_inactive -= inactive
-            self._num_active += inactive
         if size == 1:
+            if ref[lo] == 0:
+                self._unstamp(ext, lo, hi, 1)
             ref[lo] += 1
-        else:
-            ref[lo:hi] = [r + 1 for r in ref[lo:hi]]
+            return
+        held = ref[lo:hi]
+        inactive = held.count(0)
+        if inactive:
+            self._unstamp(ext, lo, hi, inactive)
+        ref[lo:hi] = list(map(add, held, repeat(1)))
+
+    def _unstamp(self, ext: _Extent, lo: int, hi: int, inactive: int) -> None:
+        """``inactive`` of blocks ``lo .. hi - 1`` become active: they leave their
+        release runs."""
+        stamp = ext.stamp
+        for run, count in Counter(stamp[lo:hi]).items():
+            if run is not None:
+                run.stale += count
+        stamp[lo:hi] = [None] * (hi - lo)
+        self._num_inactive -= inactive
+        self._num_active += inactive
 
     def _take_fresh(self, lease: Lease, count: int) -> None:
         """Append ``count`` fresh blocks to ``lease``, evicting the least recently
@@ -303,14 +573,12 @@ class BlockPool:
         if evict > 0:
             self._evict(evict)
         self._num_active += count
-        if lease:  # extend the extent the lease ends with, if it is the last block's only holder
-            block = lease[-1]
-            ext = self._extents.get(block // self.num_blocks)
-            if ext is not None:
-                end = block - ext.base + 1
-                if end == len(ext.blocks) and ext.ref[-1] == 1 and end + count <= self.num_blocks:
-                    ext.grow(lease, count)
-                    return
+        if lease.runs:  # extend the extent the lease ends with, if it is its only holder
+            ext, _, end = lease.runs[-1]
+            if (self._extents.get(ext.key) is ext and end == len(ext.ref) and ext.ref[-1] == 1
+                    and end + count <= self.num_blocks):
+                ext.grow(lease, count)
+                return
         key = self._next_key
         self._next_key = key + 1
         ext = self._extents[key] = _Extent(key, key * self.num_blocks)
@@ -318,40 +586,20 @@ class BlockPool:
 
     def _evict(self, count: int) -> None:
         """Evict ``count`` inactive blocks in LRU order, dropping their identities."""
-        lru, index = self._lru, self._index
+        lru = self._lru
         while count:
             run = lru[0]
             ext, lo, hi = run.ext, run.lo, run.hi
-            stamp = ext.stamp
             if run.stale:
                 # Some were referenced or forgotten since that release: keep the blocks
                 # still inactive from it, as maximal runs in the same (top-down) order.
                 lru.popleft()
-                kept = []
-                k = hi
-                while k > lo:
-                    if stamp[k - 1] is not run:
-                        k -= 1
-                        continue
-                    top = k
-                    while k > lo and stamp[k - 1] is run:
-                        k -= 1
-                    part = _Released(ext, k, top)
-                    stamp[k:top] = [part] * (top - k)
-                    kept.append(part)
-                lru.extendleft(reversed(kept))
+                lru.extendleft(self._split(run))
                 continue
             take = min(count, hi - lo)
             cut = hi - take
-            ident = ext.ident
-            if take == 1:  # a decode step's block: element access beats one-element slices
-                del index[ident[cut]]  # type: ignore[arg-type]  # inactive: it has one
-                ident[cut] = stamp[cut] = None
-            else:
-                for h in ident[cut:hi]:
-                    del index[h]  # type: ignore[arg-type]
-                ident[cut:hi] = [None] * take
-                stamp[cut:hi] = [None] * take
+            self._unname(ext, cut, hi)
+            ext.stamp[cut:hi] = [None] * take
             self._retire(ext, take)
             self._num_inactive -= take
             count -= take
@@ -360,13 +608,30 @@ class BlockPool:
             else:
                 run.hi = cut
 
+    @staticmethod
+    def _split(run: _Released) -> list[_Released]:
+        """The blocks still stamped ``run``, as new release runs, bottom first."""
+        ext, stamp = run.ext, run.ext.stamp
+        parts: list[_Released] = []
+        k = run.lo
+        while True:
+            try:
+                k = stamp.index(run, k, run.hi)
+            except ValueError:
+                return parts
+            top = _same_until(stamp, run, k, run.hi)
+            part = _Released(ext, k, top)
+            stamp[k:top] = [part] * (top - k)
+            parts.append(part)
+            k = top
+
     def _retire(self, ext: _Extent, count: int) -> None:
         """``count`` blocks of ``ext`` stop being active or inactive (freed or evicted)."""
         ext.live -= count
         if not ext.live:
             del self._extents[ext.key]
 
-    def fits(self, fresh: int, reuse: Sequence[int] = ()) -> bool:
+    def fits(self, fresh: int, reuse: Lease | None = None) -> bool:
         """Whether ``fresh`` new blocks can be taken after referencing ``reuse``.
 
         The check :meth:`allocate` makes, exposed so a caller can grow several leases
@@ -390,11 +655,10 @@ class BlockPool:
         if where is None:
             return
         ext, offset = where
-        if ext.ident[offset] != identity:
+        piece = ext.piece[offset]
+        if piece is None or piece.identity(offset) != identity:
             return
-        ext.ident[offset] = None
-        if self._index.get(identity) == block:
-            del self._index[identity]
+        self._unname(ext, offset, offset + 1)
         run = ext.stamp[offset]
         if run is not None:  # inactive
             run.stale += 1
@@ -406,45 +670,24 @@ class BlockPool:
         """Drop ``lease``'s references, leaf first; the lease is left empty."""
         released: list[_Released] = []  # the new release runs, leaf first
         dropped = cached = 0
-        for ext, lo, hi, _ in self._runs(lease, 0, len(lease)):
+        for ext, lo, hi in reversed(lease.runs):
             size = hi - lo
-            ref, ident = ext.ref, ext.ident
-            if ref[lo:hi].count(1) == size:  # the lease was the run's only holder
-                top = hi
-                while top > lo and ident[top - 1] is None:
-                    top -= 1
-                named = top
-                while named > lo and ident[named - 1] is not None:
-                    named -= 1
-                if named == lo:  # the common shape: cached, then an anonymous tail
-                    anonymous = hi - top
-                    ref[lo:hi] = [0] * size
-                    dropped += size
-                    if top > lo:
-                        run = _Released(ext, lo, top)
-                        ext.stamp[lo:top] = [run] * (top - lo)
-                        released.append(run)
-                        cached += top - lo
-                    if anonymous:
-                        self._retire(ext, anonymous)
-                    continue
-            for offset in range(hi - 1, lo - 1, -1):  # any other run: block by block
-                r = ref[offset]
-                ref[offset] = r - 1
-                if r > 1:
-                    continue
-                dropped += 1
-                if ident[offset] is None:
-                    self._retire(ext, 1)
-                    continue
-                cached += 1
-                last = released[-1] if released else None
-                if last is not None and last.ext is ext and last.lo == offset + 1:
-                    last.lo = offset
-                else:
-                    last = _Released(ext, offset, offset + 1)
-                    released.append(last)
-                ext.stamp[offset] = last
+            ref = ext.ref
+            held = ref[lo:hi]
+            last = held.count(1)  # references this release drops to zero
+            if last == 0:
+                ref[lo:hi] = list(map(sub, held, repeat(1)))
+                continue
+            if last == size:
+                ref[lo:hi] = [0] * size
+                dropped += size
+                cached += self._settle(ext, lo, hi, released)
+                continue
+            left = list(map(sub, held, repeat(1)))  # a mixed run: by stretches, top down
+            ref[lo:hi] = left
+            dropped += last
+            for a, b in reversed(_stretches(left, 0)):
+                cached += self._settle(ext, lo + a, lo + b, released)
         self._num_active -= dropped
         self._num_inactive += cached
         self._lru.extend(released)
@@ -453,6 +696,36 @@ class BlockPool:
             # Runs invalidated lazily would pile up while nothing is evicted.
             self._lru = deque(run for run in self._lru if run.hi - run.lo > run.stale)
 
+    def _settle(self, ext: _Extent, lo: int, hi: int, released: list[_Released]) -> int:
+        """Blocks ``lo .. hi - 1`` of ``ext`` lost their last reference: named ones become
+        inactive (new release runs, top down, appended to ``released``), anonymous ones
+        retire. Returns how many became inactive."""
+        named_of = ext.piece
+        unnamed = named_of[lo:hi].count(None)
+        if unnamed == hi - lo:
+            self._retire(ext, unnamed)
+            return 0
+        if unnamed:
+            self._retire(ext, unnamed)
+        cached = 0
+        top = hi
+        while top > lo:  # alternate stretches, top down: anonymous (retired) or named
+            piece = named_of[top - 1]
+            if piece is None:
+                bottom = _same_from(named_of, None, lo, top)
+            else:
+                bottom = max(piece.lo, lo)
+                cached += top - bottom
+                last = released[-1] if released else None
+                if last is not None and last.ext is ext and last.lo == top:
+                    last.lo = bottom
+                else:
+                    last = _Released(ext, bottom, top)
+                    released.append(last)
+                ext.stamp[bottom:top] = [last] * (top - bottom)
+            top = bottom
+        return cached
+
     # -- invariants -------------------------------------------------------------------
 
     def problems(self) -> Iterator[tuple[str, str]]:
@@ -460,35 +733,35 @@ class BlockPool:
         ``block-refcount`` and ``prefix-index`` (the auditor reports them; O(pool))."""
         active = inactive = named = 0
         for key, ext in self._extents.items():
-            size = len(ext.blocks)
+            size = len(ext.ref)
             if (ext.key != key or ext.base != key * self.num_blocks or size > self.num_blocks
-                    or ext.blocks != list(range(ext.base, ext.base + size))
-                    or not len(ext.ref) == len(ext.ident) == len(ext.stamp) == size):
+                    or not len(ext.piece) == len(ext.stamp) == size):
                 yield "pool-totals", f"extent {key} is malformed"
             live = 0
-            for block, r, h, run in zip(ext.blocks, ext.ref, ext.ident, ext.stamp,
-                                        strict=True):
+            for offset, (r, piece, run) in enumerate(zip(ext.ref, ext.piece, ext.stamp,
+                                                         strict=True)):
+                block = ext.base + offset
                 if r < 0:
                     yield "block-refcount", f"block {block} has reference count {r}"
                 if r > 0:
                     active += 1
-                elif h is not None:
+                elif piece is not None:
                     inactive += 1
-                live += r > 0 or h is not None
-                if (run is not None) != (r == 0 and h is not None):
+                live += r > 0 or piece is not None
+                if (run is not None) != (r == 0 and piece is not None):
                     yield "pool-totals", (f"block {block} is {'' if run else 'not '}in the "
                                           "LRU")
-                if h is not None:
+                if piece is not None:
                     named += 1
-                    if self._index.get(h) != block:
-                        yield "prefix-index", (f"block {block} carries identity {h}, which "
-                                               f"answers with block {self._index.get(h)}")
+                    if not (piece.ext is ext and piece.lo <= offset < piece.hi
+                            and piece in self._index.get(piece.base, ())):
+                        yield "prefix-index", (f"block {block} carries identity "
+                                               f"{piece.identity(offset)}, which the index "
+                                               "does not answer with it")
             if live != ext.live or not live:
                 yield "pool-totals", (f"extent {key} counts {ext.live} live blocks but has "
                                       f"{live}")
-        if named != len(self._index):
-            yield "prefix-index", (f"{named} blocks carry an identity but {len(self._index)} "
-                                   "identities answer lookups")
+        yield from self._index_problems(named)
         if (active, inactive) != (self._num_active, self._num_inactive):
             yield "pool-totals", (f"{self._num_active} blocks counted active and "
                                   f"{self._num_inactive} cached, but {active} are active "
@@ -499,13 +772,31 @@ class BlockPool:
         listed = 0
         for run in self._lru:
             held = run.ext.stamp[run.lo:run.hi].count(run)
-            if not 0 <= run.lo < run.hi <= len(run.ext.blocks) or (
+            if not 0 <= run.lo < run.hi <= len(run.ext.ref) or (
                     held != run.hi - run.lo - run.stale):
                 yield "pool-totals", (f"release run {run.ext.key}:{run.lo}-{run.hi} holds "
                                       f"{held} blocks, {run.stale} counted stale")
             listed += held
         if listed != inactive:
             yield "pool-totals", f"the LRU holds {listed} blocks, {inactive} are cached"
+
+    def _index_problems(self, named: int) -> Iterator[tuple[str, str]]:
+        """Pieces that overlap, are empty, or miss their blocks; ``named`` blocks carry an
+        identity."""
+        indexed = 0
+        for base, pieces in self._index.items():
+            spans = sorted((piece.off, piece.off + piece.hi - piece.lo) for piece in pieces)
+            if not pieces or any(a >= b for a, b in spans) or any(
+                    spans[i][1] > spans[i + 1][0] for i in range(len(spans) - 1)):
+                yield "prefix-index", f"the pieces of run {base} are empty or overlap"
+            for piece in pieces:
+                indexed += piece.hi - piece.lo
+                if piece.ext.piece[piece.lo:piece.hi].count(piece) != piece.hi - piece.lo:
+                    yield "prefix-index", (f"a piece of run {base} lists blocks that do not "
+                                           "answer through it")
+        if named != indexed:
+            yield "prefix-index", (f"{named} blocks carry an identity but {indexed} "
+                                   "identities answer lookups")
 
     def check(self) -> None:
         """Assert the pool's internal invariants (tests; O(pool))."""

@@ -8,7 +8,7 @@ built-in engine runs, and a plugin may bring its own.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Sequence, Sized
 from typing import Final, Protocol
 
 from servesim.engines.kernel.blocks import BlockPool
@@ -39,8 +39,8 @@ class Seq(Protocol):
         """Output tokens emitted so far."""
 
     @property
-    def lease(self) -> Sequence[int]:
-        """The KV blocks it holds."""
+    def lease(self) -> Sized:
+        """The KV blocks it holds (a :class:`~servesim.engines.kernel.blocks.Lease`)."""
 
 
 class RankResult(Protocol):

@@ -69,6 +69,16 @@ class RequestRecord:
     def output_length(self) -> int:
         return len(self.token_times)
 
+    def admitted(self, time_ms: float, reused_tokens: int) -> None:
+        """A scheduler admitted the request at ``time_ms`` with ``reused_tokens`` prompt
+        tokens served from the prefix cache: the first admission sets ``first_admit_ms``
+        and ``first_admission_reused_tokens``; ``reused_input_tokens`` keeps the most."""
+        if self.first_admit_ms is None:
+            self.first_admit_ms = time_ms
+            self.first_admission_reused_tokens = reused_tokens
+        if reused_tokens > self.reused_input_tokens:
+            self.reused_input_tokens = reused_tokens
+
 
 class Workload(Protocol):
     """A source of requests, possibly reacting to completions (closed loop, sessions)."""

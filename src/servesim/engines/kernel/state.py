@@ -42,7 +42,7 @@ from collections.abc import Callable
 
 import attrs
 
-from servesim.engines.kernel.blocks import BlockPool
+from servesim.engines.kernel.blocks import BlockPool, Lease
 
 _TAG = 0x5747A7E  # keeps snapshot identities apart from token-block identities
 
@@ -53,7 +53,7 @@ class Checkpoint:
 
     boundary: int
     aligned: bool  # on a token-block boundary (else only on a match-unit boundary)
-    blocks: list[int]
+    blocks: Lease
     identities: list[int]  # identities[i] was given to blocks[i]; 0 = stayed anonymous
     held: bool  # the request still references the blocks
 
@@ -62,7 +62,7 @@ class Checkpoint:
 class RequestState:
     """State-cache holdings of one request on one rank."""
 
-    working: list[int] = attrs.field(factory=list)  # lease of state_blocks, or empty
+    working: Lease = attrs.field(factory=Lease)  # lease of state_blocks, or empty
     published_at: int = -1  # boundary the working state is published as, -1 if none
     published_ids: list[int] = attrs.field(factory=list)
     retained: list[Checkpoint] = attrs.field(factory=list)
@@ -144,11 +144,11 @@ class StateCache:
             rs.retained.append(Checkpoint(
                 boundary=boundary, aligned=boundary % self.block_size == 0,
                 blocks=rs.working, identities=rs.published_ids, held=True))
-            rs.working = []
+            rs.working = Lease()
             ok = pool.allocate(rs.working, self.state_blocks)
             assert ok, "begin_write without room for the state transition"
         else:
-            for block, ident in zip(rs.working, rs.published_ids, strict=True):
+            for block, ident in zip(rs.working.blocks(), rs.published_ids, strict=True):
                 if ident:
                     pool.forget(block, ident)
         rs.published_at = -1
@@ -173,11 +173,11 @@ class StateCache:
             ids = self.snapshot_ids(prefix_identity, computed)
             pool.publish(rs.working, ids, 0, len(ids))
             rs.published_ids = [i if pool.identity(b) == i else 0
-                                for b, i in zip(rs.working, ids, strict=True)]
+                                for b, i in zip(rs.working.blocks(), ids, strict=True)]
             rs.published_at = computed if any(rs.published_ids) else -1
         for ck in rs.retained:
             if ck.held:
-                pool.release(list(ck.blocks))
+                pool.release(ck.blocks.copy())
                 ck.held = False
 
     def release(self, rs: RequestState, *, done: bool) -> None:
@@ -190,13 +190,13 @@ class StateCache:
         pool = self.pool
         for ck in rs.retained:
             if ck.held:
-                pool.release(list(ck.blocks))
+                pool.release(ck.blocks.copy())
                 ck.held = False
         if rs.working:
             if rs.published_at >= 0 and not done:
                 rs.retained.append(Checkpoint(
                     boundary=rs.published_at, aligned=rs.published_at % self.block_size == 0,
-                    blocks=list(rs.working), identities=rs.published_ids, held=False))
+                    blocks=rs.working.copy(), identities=rs.published_ids, held=False))
             pool.release(rs.working)
         rs.published_at = -1
         rs.published_ids = []
@@ -205,11 +205,11 @@ class StateCache:
 
     def _discard(self, ck: Checkpoint) -> None:
         pool = self.pool
-        for block, ident in zip(ck.blocks, ck.identities, strict=True):
+        for block, ident in zip(ck.blocks.blocks(), ck.identities, strict=True):
             if ident:
                 pool.forget(block, ident)
         if ck.held:
-            pool.release(list(ck.blocks))
+            pool.release(ck.blocks.copy())
             ck.held = False
 
     def held_blocks(self, rs: RequestState) -> int:

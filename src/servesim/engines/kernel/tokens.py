@@ -24,8 +24,9 @@ depends on the tokens alone; every :class:`RequestSpec` holds its prompt in that
 from __future__ import annotations
 
 import operator
+from bisect import bisect_right
 from collections.abc import Iterable, Sequence
-from typing import Final, NamedTuple
+from typing import Final, NamedTuple, overload
 
 
 class Segment(NamedTuple):
@@ -113,19 +114,102 @@ def truncate(prompt: Sequence[Segment], length: int) -> Prompt:
     return tuple(out)
 
 
-def extend_run(out: list[int], previous: int, content: int, count: int,
-               continues: bool) -> int:
-    """Append the identities of ``count`` consecutive whole blocks of one segment, chained
-    after the block with identity ``previous``; the last identity. ``continues``: that
-    block lies whole in the same segment (the run goes on), else the first new block
-    starts a run and ``content`` is its content hash. :func:`block_hashes`' own rule."""
-    h = previous if continues else (hash((previous, content)) & _ID_MASK) - 1
-    # Runs are short (a trace hash id): no range object to build. (``_i``, not ``_``: the
-    # compiled build keeps ``_`` as an object and would box every count.)
-    for _i in range(count):
-        h += 1
-        out.append(h)
-    return h
+class BlockIds:
+    """The identities of a request's whole blocks, held as runs: run ``r`` covers block
+    positions ``ends[r - 1] .. ends[r] - 1`` with identities ``firsts[r]``,
+    ``firsts[r] + 1``, ... Its ``bases[r]`` is the identity the segment run began with:
+    a run's identities are ``base + offset``, and the pool indexes cached blocks by base,
+    so a run of any length costs a few list entries, not one per block."""
+
+    __slots__ = ("bases", "ends", "firsts")
+
+    def __init__(self) -> None:
+        self.bases: list[int] = []
+        self.firsts: list[int] = []
+        self.ends: list[int] = []
+
+    @classmethod
+    def of(cls, identities: Iterable[int]) -> BlockIds:
+        """Unrelated identities (a state snapshot's), each its own run."""
+        ids = cls()
+        for h in identities:
+            ids.add(h, h, 1)
+        return ids
+
+    def __len__(self) -> int:
+        ends = self.ends
+        return ends[-1] if ends else 0
+
+    @overload
+    def __getitem__(self, position: int) -> int: ...
+    @overload
+    def __getitem__(self, position: slice) -> list[int]: ...
+
+    def __getitem__(self, position: int | slice) -> int | list[int]:
+        """The identity of block ``position`` (negative counts from the end); a slice
+        gives a list."""
+        if isinstance(position, slice):
+            return self.as_list()[position]
+        n = len(self)
+        if position < 0:
+            position += n
+        if not 0 <= position < n:
+            raise IndexError(position)
+        r = bisect_right(self.ends, position)
+        start = self.ends[r - 1] if r else 0
+        return self.firsts[r] + position - start
+
+    def last(self) -> int:
+        """The identity of the last block (0 when there is none: the chain's start)."""
+        ends = self.ends
+        return self.firsts[-1] + ends[-1] - (ends[-2] if len(ends) > 1 else 0) - 1 if ends else 0
+
+    def add(self, base: int, first: int, count: int) -> None:
+        """Append ``count`` blocks with identities ``first, first + 1, ...`` of the run
+        that began with ``base``; one that continues the last run extends it."""
+        ends = self.ends
+        end = len(self)
+        if ends and self.bases[-1] == base and self.last() + 1 == first:
+            ends[-1] = end + count
+            return
+        self.bases.append(base)
+        self.firsts.append(first)
+        ends.append(end + count)
+
+    def runs(self, start: int, end: int) -> list[tuple[int, int, int, int]]:
+        """Positions ``start .. end - 1`` as ``(base, first identity, lo, hi)``, first
+        to last: positions ``lo .. hi - 1`` hold ``first, first + 1, ...``."""
+        ends = self.ends
+        out = []
+        r = bisect_right(ends, start)
+        lo = start
+        while lo < end:
+            hi = ends[r] if ends[r] < end else end
+            run_start = ends[r - 1] if r else 0
+            out.append((self.bases[r], self.firsts[r] + lo - run_start, lo, hi))
+            lo = hi
+            r += 1
+        return out
+
+    def as_list(self) -> list[int]:
+        out: list[int] = []
+        start = 0
+        for first, end in zip(self.firsts, self.ends, strict=True):
+            out += range(first, first + end - start)
+            start = end
+        return out
+
+
+def extend_run(out: BlockIds, content: int, count: int, continues: bool) -> None:
+    """Append the identities of ``count`` consecutive whole blocks of one segment.
+    ``continues``: the block before lies whole in the same segment (its run goes on),
+    else the first new block starts a run and ``content`` is its content hash, chained
+    after the last identity. :func:`block_ids`' own rule."""
+    if continues:
+        out.ends[-1] += count
+        return
+    base = hash((out.last(), content)) & _ID_MASK
+    out.add(base, base, count)
 
 
 def distinct_content(key: int, offset: int, block_size: int) -> int:
@@ -138,21 +222,31 @@ def block_hashes(
     prompt: Sequence[Segment], block_size: int, limit: int | None = None, start: int = 0,
     previous: int = 0,
 ) -> list[int]:
-    """Chained identities of the complete blocks among the first ``limit`` tokens.
+    """Chained identities of the complete blocks among the first ``limit`` tokens, as a
+    list. ``limit`` is at most the prompt's length (None: all of it). ``start`` (a
+    multiple of ``block_size``) skips blocks already hashed, with ``previous`` the
+    identity of the block before ``start`` (0 at the beginning)."""
+    out = BlockIds()
+    if start:
+        out.add(previous, previous, 1)  # a run of its own: what follows starts anew
+    block_ids(prompt, block_size, out, limit, start)
+    return out.as_list()[1 if start else 0:]
 
-    ``limit`` is at most the prompt's length (None: all of it). ``start`` (a multiple of
-    ``block_size``) skips blocks already hashed, with ``previous`` the identity of the
-    block before ``start`` (0 at the beginning).
-    """
+
+def block_ids(
+    prompt: Sequence[Segment], block_size: int, out: BlockIds, limit: int | None = None,
+    start: int = 0,
+) -> None:
+    """Append to ``out`` the identities of the complete blocks among the first ``limit``
+    tokens (None: all), from block ``start // block_size`` on; ``out`` holds the blocks
+    before it (``start`` is ``len(out) * block_size``)."""
     total = prompt_length(prompt) if limit is None else limit
     n_blocks = total // block_size
     first = start // block_size
     if first >= n_blocks:
-        return []
+        return
     # (a tuple: the compiled build indexes it directly, a Sequence through the protocol)
     segments: Prompt = prompt if isinstance(prompt, tuple) else tuple(prompt)
-    out: list[int] = []
-    h = previous
     pos = 0  # token position of the current segment's start
     seg_i = 0
     block = first
@@ -175,7 +269,7 @@ def block_hashes(
             if not continues:
                 content = (hash(((seg.key, -1, block_size),)) if seg.repeat
                            else distinct_content(seg.key, seg.offset + lo - pos, block_size))
-            h = extend_run(out, h, content, stop - block, continues)
+            extend_run(out, content, stop - block, continues)
             block = stop
             if seg_end == stop * block_size:
                 seg_i += 1
@@ -196,8 +290,7 @@ def block_hashes(
                 i += 1
             else:
                 break
-        h = hash((h, hash(tuple(parts)))) & _ID_MASK
-        out.append(h)
+        h = hash((out.last(), hash(tuple(parts)))) & _ID_MASK
+        out.add(h, h, 1)
         seg_i, pos = i, p
         block += 1
-    return out

@@ -38,21 +38,23 @@ aligned boundaries.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Final
 
 from servesim import backends
 from servesim.backends import Backend
-from servesim.engines.kernel.blocks import BlockPool
+from servesim.engines.kernel.blocks import NO_BLOCKS, BlockPool, Lease
 from servesim.engines.kernel.rank import FINISHED, RUNNING, WAITING
 from servesim.engines.kernel.requests import RequestRecord, RequestSpec
 from servesim.engines.kernel.speculation import BurstSampler
 from servesim.engines.kernel.state import RequestState, StateCache
 from servesim.engines.kernel.tokens import (
+    BlockIds,
     Prompt,
     Segment,
     block_hashes,
+    block_ids,
     distinct_content,
     extend_run,
     generated_key,
@@ -113,9 +115,9 @@ class SeqState:
     num_computed: int
     status: int
     admitted: bool
-    lease: list[int]
+    lease: Lease
     # Chained identities of complete blocks of prompt + generated tokens, grown lazily.
-    hashes: list[int]
+    hashes: BlockIds
     num_published: int  # leading lease blocks that are cache-visible
     # What this request took in the current pass, so a later preemption can refund it.
     pass_id: int
@@ -138,8 +140,8 @@ class SeqState:
         self.num_computed = 0
         self.status = WAITING
         self.admitted = False
-        self.lease = []
-        self.hashes = []
+        self.lease = Lease()
+        self.hashes = BlockIds()
         self.num_published = 0
         self.pass_id = -1
         self.pass_tokens = 0
@@ -353,7 +355,7 @@ class RankScheduler:
                 scheduled.append(seq)
                 continue
             self._budget = budget
-            outcome = self._schedule(seq, scheduled, now, cached=0, reuse=())
+            outcome = self._schedule(seq, scheduled, now, cached=0, reuse=NO_BLOCKS)
             budget = self._budget  # preemption may have refunded tokens
             if outcome == _BLOCKED:
                 break
@@ -493,7 +495,7 @@ class RankScheduler:
         return not self._admits(seq, length, cached, reuse, self.max_batched_tokens,
                                 self._output_reserved())
 
-    def _admits(self, seq: SeqState, length: int, cached: int, reuse: Sequence[int],
+    def _admits(self, seq: SeqState, length: int, cached: int, reuse: Lease,
                 budget: int, reserved: float) -> bool:
         """Whether the pool takes waiting ``seq`` (``length`` tokens, ``cached`` of them in
         the cached blocks ``reuse``) beside the admitted requests (spec §5.4, §5.10).
@@ -715,10 +717,10 @@ class RankScheduler:
             if seq.pass_tokens == 0 and self._budget == 0:
                 break
 
-    def _prefix_cost(self, seq: SeqState, length: int) -> tuple[int, list[int]]:
+    def _prefix_cost(self, seq: SeqState, length: int) -> tuple[int, Lease]:
         """Cached tokens a (re)admission may reuse, and the blocks that hold them."""
         if not self.caching:
-            return 0, []
+            return 0, NO_BLOCKS
         bs = self.block_size
         full = length // bs
         self._ensure_hashes(seq, full)
@@ -734,7 +736,7 @@ class RankScheduler:
                 cached -= bs
         if self.state is not None:
             cached = self._state_hit(seq, length, len(hits), cached, needs_token)
-        return cached, hits[: cached // bs]
+        return cached, hits.head(cached // bs)
 
     def _state_hit(
         self, seq: SeqState, length: int, hit_blocks: int, token_bound: int, needs_token: bool
@@ -762,7 +764,7 @@ class RankScheduler:
         now: float,
         *,
         cached: int,
-        reuse: list[int] | tuple[()],
+        reuse: Lease,
     ) -> int:
         from_waiting = seq.status == WAITING
         start = seq.num_computed + cached
@@ -852,7 +854,7 @@ class RankScheduler:
 
     def _allocate_with_state(
         self, seq: SeqState, target_blocks: int, peak_blocks: int,
-        reuse: list[int] | tuple[()], writes: bool, from_waiting: bool,
+        reuse: Lease, writes: bool, from_waiting: bool,
     ) -> int:
         """Grow the token lease and make the working state writable, all or nothing.
 
@@ -1089,18 +1091,12 @@ class RankScheduler:
             continues = have > 0 and (have - 1) * bs >= seq.prompt_len
             content = 0 if continues else distinct_content(
                 generated_key(seq.spec.request_id), have * bs - seq.prompt_len, bs)
-            extend_run(seq.hashes, seq.hashes[-1] if have else 0, content, n_blocks - have,
-                       continues)
+            extend_run(seq.hashes, content, n_blocks - have, continues)
             return
         prompt = seq.spec.prompt
         if n_blocks * bs > seq.prompt_len:
             prompt = (*prompt, segment(generated_key(seq.spec.request_id), seq.generated, False))
-        seq.hashes.extend(
-            block_hashes(
-                prompt, bs, limit=n_blocks * bs, start=have * bs,
-                previous=seq.hashes[-1] if have else 0,
-            )
-        )
+        block_ids(prompt, bs, seq.hashes, limit=n_blocks * bs, start=have * bs)
 
     def _unschedulable(self, seq: SeqState, tokens: int) -> ReplayError:
         from servesim.rules import prompt_over_budget

@@ -14,7 +14,7 @@ from typing import Any
 
 from servesim.engines.kernel.passes import PassWorker
 from servesim.engines.kernel.requests import RequestSpec
-from servesim.engines.kernel.tokens import block_hashes
+from servesim.engines.kernel.tokens import BlockIds, block_ids
 from servesim.engines.routing.base import Router
 
 
@@ -92,19 +92,19 @@ class RoutedPool:
         self.touch = touch
         self.views = [WorkerView(self, w) for w in workers]
         self.touched = False  # the last decision read state that ends steady segments
-        self._hashed: tuple[RequestSpec | None, int, list[int]] = (None, 0, [])
+        self._hashed: tuple[RequestSpec | None, int, BlockIds] = (None, 0, BlockIds())
 
     def route(self, request: RequestSpec) -> Any:
         """The worker ``request`` goes to."""
         self.touched = False
         return self.workers[self.router.route(request, self.views)]
 
-    def hashes(self, request: RequestSpec, block_size: int) -> list[int]:
+    def hashes(self, request: RequestSpec, block_size: int) -> BlockIds:
         """The identities of ``request``'s complete prompt blocks (computed once per
         decision)."""
         spec, size, hashes = self._hashed
         if spec is not request or size != block_size:
-            limit = request.input_length // block_size * block_size
-            hashes = block_hashes(request.prompt, block_size, limit=limit)
+            hashes = BlockIds()
+            block_ids(request.prompt, block_size, hashes, request.input_length)
             self._hashed = (request, block_size, hashes)
         return hashes
