@@ -24,6 +24,7 @@ COMPILED = [
     "src/servesim/engines/kernel/core.py",
     "src/servesim/engines/kernel/metrics.py",
     "src/servesim/engines/kernel/passes.py",
+    "src/servesim/engines/kernel/speculation.py",
     "src/servesim/engines/kernel/replay.py",
     "src/servesim/engines/kernel/tokens.py",
     "src/servesim/engines/ranks/scheduler.py",

@@ -9,13 +9,16 @@ Each case and mode runs in its own process so peak RSS is its own. Usage::
     python bench/replay_speed.py --case poisson_10k --mode stepwise
     python bench/replay_speed.py --repeat 4      # best of 4 replays per process (noisy hosts)
     python bench/replay_speed.py --case poisson_1m --requests 40000   # a smaller generated run
+    python bench/replay_speed.py --case pd_mooncake_conversation   # prefill/decode (P/D)
 
 Setup: aggregated vLLM workers of Qwen3-32B on one H200 each (pool from GPU memory),
 block 64, max_batched_tokens 8192, max_sequences 256, prefix caching on, polynomial
 timing. poisson_10k and mooncake_conversation (12,031 requests) run on one worker, from
 bench/traces/. poisson_1m runs on 16 workers: a 1,000,000-request Poisson trace generated
 here deterministically (seeded; never committed) into a temporary file, with per-request
-JSONL streamed to a temporary file.
+JSONL streamed to a temporary file. pd_mooncake_conversation replays mooncake_conversation
+on six prefill and three decode workers (the same per-worker setup) joined by a 25 GB/s KV
+link per prefill worker, which the transfers leaving one worker share.
 """
 
 from __future__ import annotations
@@ -54,9 +57,45 @@ paths = ["{trace}"]
 type = "trace_timestamps"
 """
 
+# P/D: prefill and decode pools, each worker like the aggregated one.
+PD_CONFIG = """
+[engine]
+mode = "disaggregated"
+model = "Qwen/Qwen3-32B"
+hardware = "h200_sxm"
+[engine.workers.prefill.parallelism]
+replicas = 6
+[engine.workers.prefill.scheduler]
+max_batched_tokens = 8192
+[engine.workers.prefill.kv_cache]
+block_size = 64
+prefix_caching = true
+[engine.workers.prefill.timing]
+type = "polynomial"
+[engine.workers.decode.parallelism]
+replicas = 3
+[engine.workers.decode.scheduler]
+max_batched_tokens = 8192
+max_sequences = 256
+[engine.workers.decode.kv_cache]
+block_size = 64
+prefix_caching = true
+[engine.workers.decode.timing]
+type = "polynomial"
+[engine.kv_transfer]
+bandwidth_gb_per_second = 25.0
+[traffic.source]
+type = "trace"
+paths = ["{trace}"]
+[traffic.load]
+type = "trace_timestamps"
+"""
+CONFIGS = {"pd_mooncake_conversation": PD_CONFIG}
+
 CASES = {
     "poisson_10k": "traces/poisson_10k.jsonl",
     "mooncake_conversation": "traces/mooncake_conversation.jsonl",
+    "pd_mooncake_conversation": "traces/mooncake_conversation.jsonl",
     "poisson_1m": None,  # generated
 }
 DEFAULT_CASES = ("poisson_10k", "mooncake_conversation")
@@ -99,7 +138,7 @@ def run_case(name: str, mode: str, repeat: int = 1,
     from servesim.replay import replay_payload
 
     registry = EngineRegistry.collect(get_plugin_manager(load_entrypoints=False))
-    engine = registry.engine_class("vllm")
+    engine = registry.engine_class("disagg" if name in CONFIGS else "vllm")
     engine.bulk_decode = mode == "bulk"  # type: ignore[union-attr]  # this process only
     with tempfile.TemporaryDirectory() as tmp:
         requests_out = None
@@ -111,7 +150,8 @@ def run_case(name: str, mode: str, repeat: int = 1,
         else:
             trace = HERE / str(CASES[name])
             replicas = 1
-        payload = compile_text(CONFIG.format(trace=trace.as_posix(), replicas=replicas),
+        config = CONFIGS.get(name, CONFIG)
+        payload = compile_text(config.format(trace=trace.as_posix(), replicas=replicas),
                                registry=registry)
         wall = cpu = float("inf")
         for _ in range(repeat):  # the best of ``repeat`` replays: hosts add noise, not speed
