@@ -258,6 +258,7 @@ def run_plugins(args: argparse.Namespace, registry: EngineRegistry, out: Console
               "modes": [], "description": b.DESCRIPTION, **where(o)}
              for n, b, o in registry.backend_items()]
     for kind, items in (("timing", registry.timing_items()),
+                        ("router", registry.router_items()),
                         ("trace-format", registry.format_items())):
         rows += [{"kind": kind, "name": n, "class": f"{f.__module__}.{f.__qualname__}",
                   "modes": [], "description": (f.__doc__ or "").strip().split("\n")[0],

@@ -337,6 +337,9 @@ UNKNOWN_ENGINE = "unknown-engine"
 UNKNOWN_TIMING = "unknown-timing"
 """A timing type no plugin registered."""
 
+UNKNOWN_ROUTER = "unknown-router"
+"""A routing type no plugin registered (config or payload)."""
+
 UNKNOWN_TRACE_FORMAT = "unknown-trace-format"
 """A trace format no plugin registered."""
 
@@ -361,6 +364,9 @@ DUPLICATE_BACKEND = "duplicate-backend"
 
 DUPLICATE_TIMING_PROVIDER = "duplicate-timing-provider"
 """Two plugins register a timing provider of the same name."""
+
+DUPLICATE_ROUTER = "duplicate-router"
+"""Two plugins register a router of the same name."""
 
 DUPLICATE_TRACE_FORMAT = "duplicate-trace-format"
 """Two plugins register a trace format of the same name."""

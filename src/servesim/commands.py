@@ -40,8 +40,8 @@ COMMANDS = {
     "inspect": _command("show every resolved value and where it came from",
                         "arguments:inspect_arguments", "cli:run_inspect"),
     "schema": _command("print a JSON Schema", "arguments:schema_arguments", "cli:run_schema"),
-    "plugins": _command("list registered engines, backends, timing providers and trace "
-                        "formats, and where they come from",
+    "plugins": _command("list registered engines, backends, timing providers, routers "
+                        "and trace formats, and where they come from",
                         "arguments:plugins_arguments", "cli:run_plugins"),
     "replay": _command("replay the traffic of a config or payload",
                        "arguments:replay_arguments", "cli:run_replay"),

@@ -70,6 +70,15 @@ class TimingArgs:
 
 
 @attrs.frozen
+class RoutingArgs:
+    """How requests are spread over a role's workers: a registered router and its options
+    (defaults applied). A role without one is routed round-robin. Added in v1 (additive)."""
+
+    type: str = "round_robin"
+    options: dict[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen
 class SpeculationArgs:
     """Canonical speculative decoding; legacy ``nextn`` lowers to ``kind = "mtp"``."""
 
@@ -143,6 +152,7 @@ class RoleArgs:
     speculation: SpeculationArgs | None = attrs.field(
         default=None, metadata={"config_path": ("engine", "speculation")})
     startup_seconds: float = bounded(0, L.SECONDS, default=0.0)
+    routing: RoutingArgs | None = None  # engine.workers.<role>.routing; None: round-robin
 
     @property
     def gpus_per_worker(self) -> int:

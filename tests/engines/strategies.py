@@ -18,7 +18,14 @@ from hypothesis import strategies as st
 from servesim.engines.kernel.metrics import MetricsCollector, request_record_json
 from servesim.engines.kernel.requests import RequestRecord, RequestSpec
 from servesim.engines.kernel.tokens import Segment, generated_key, make_prompt, prompt_length
-from servesim.payload import KvTransferArgs, RoleArgs, SlaArgs, SpeculationArgs, TimingArgs
+from servesim.payload import (
+    KvTransferArgs,
+    RoleArgs,
+    RoutingArgs,
+    SlaArgs,
+    SpeculationArgs,
+    TimingArgs,
+)
 
 from .conftest import ListWorkload
 
@@ -28,6 +35,15 @@ TURN_OUTPUTS = st.integers(0, 3)
 RATE_PAIRS = st.sampled_from([(1.0, 1.0), (0.7, 0.4), (0.0, 0.0)])
 SEEDS = st.integers(0, 3)
 BACKENDS = st.sampled_from(["vllm", "trtllm", "sglang"])
+# the role's router: None (round-robin) half the time, else each built-in, some of them
+# reading worker state (which ends steady segments: the differential tests cover that)
+ROUTINGS = st.one_of(st.none(), st.sampled_from([
+    RoutingArgs("least_loaded", {"by": "requests"}),
+    RoutingArgs("least_loaded", {"by": "tokens"}),
+    RoutingArgs("session_affinity", {"fallback": "least_loaded"}),
+    RoutingArgs("kv_aware", {"overlap_weight": 1.0, "temperature": 0.0, "seed": 1}),
+    RoutingArgs("kv_aware", {"overlap_weight": 4.0, "temperature": 0.5, "seed": 3}),
+]))
 FIXED_TIMINGS = st.builds(TimingArgs, type=st.just("fixed"),
                           prefill_ms=st.sampled_from([0.0, 2.0, 10.0]),
                           decode_ms=st.sampled_from([0.0, 1.0, 2.5]))
@@ -96,6 +112,7 @@ def roles(draw: st.DrawFn, worker_type: str, longest: int, *, max_batched: int =
         "attention_dp_placement": st.sampled_from(["round_robin", "least_loaded"]),
         "replicas": st.integers(1, 2),
         "timing": FIXED_TIMINGS,
+        "routing": ROUTINGS,
     }
     strategies.update(fields)
     values = {k: draw(v) if isinstance(v, st.SearchStrategy) else v

@@ -13,7 +13,14 @@ from hypothesis import strategies as st
 
 from servesim.engines.disagg.engine import DisaggReplay
 from servesim.engines.vllm import AggregatedReplay
-from servesim.payload import KvTransferArgs, RoleArgs, SpeculationArgs, StateCacheArgs, TimingArgs
+from servesim.payload import (
+    KvTransferArgs,
+    RoleArgs,
+    RoutingArgs,
+    SpeculationArgs,
+    StateCacheArgs,
+    TimingArgs,
+)
 from servesim.timing import make_timer
 
 from .conftest import ListWorkload
@@ -110,6 +117,28 @@ def test_a_steady_segment_runs_the_balance_timeout_on(sim: Any) -> None:
     assert passes > 0
     records, _, _ = sim.run(role, workload.specs)
     assert records[2].first_admit_ms == 20.0
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_bulk_decode_matches_the_stepwise_replay_with_a_router_reading_the_workers(
+    data: st.DataObject,
+) -> None:
+    """A router that reads the workers (their load, their cached prefixes) ends their
+    steady segments where the stepwise replay has them: the same decisions, records and
+    pools."""
+    workload = data.draw(WORKLOADS)
+    role = data.draw(bulk_roles("aggregated", longest(workload, ROOM)))
+    routing = data.draw(st.sampled_from([
+        RoutingArgs("least_loaded", {"by": "tokens"}),
+        RoutingArgs("kv_aware", {"overlap_weight": 1.0, "temperature": 0.0, "seed": 1}),
+        RoutingArgs("kv_aware", {"overlap_weight": 2.0, "temperature": 1.0, "seed": 5}),
+    ]))
+    role = attrs.evolve(role, replicas=data.draw(st.integers(2, 3)), routing=routing)
+    bulk = _aggregated(role, workload, True)
+    step = _aggregated(role, workload, False)
+    assert bulk[0] == step[0]
+    event(f"bulk passes: {'none' if not bulk[1] else 'some'}")
 
 
 def _disaggregated(case: tuple[RoleArgs, RoleArgs, KvTransferArgs | None, ListWorkload],

@@ -22,7 +22,8 @@ def _signature(name: str) -> str:
 
 def test_there_are_hooks() -> None:
     assert HOOKS == ["servesim_register_backends", "servesim_register_engines",
-                     "servesim_register_timing_providers", "servesim_register_trace_formats"]
+                     "servesim_register_routers", "servesim_register_timing_providers",
+                     "servesim_register_trace_formats"]
 
 
 @pytest.mark.parametrize("hook", HOOKS)

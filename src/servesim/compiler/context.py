@@ -23,8 +23,8 @@ class PluginLabel(Protocol):
 
 
 class Registry(Protocol):
-    """The engines, backends, timing providers and trace formats plugins registered, by
-    name."""
+    """The engines, backends, timing providers, routers and trace formats plugins
+    registered, by name."""
 
     @property
     def backends(self) -> Mapping[str, Any]: ...
@@ -34,6 +34,9 @@ class Registry(Protocol):
 
     @property
     def trace_formats(self) -> Mapping[str, Any]: ...
+
+    @property
+    def routers(self) -> Mapping[str, Any]: ...
 
     def names(self) -> list[str]: ...
 

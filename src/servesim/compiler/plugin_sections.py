@@ -3,8 +3,9 @@
 ``engine.engine`` names a registered engine (default ``vllm``, or ``disagg`` in
 disaggregated mode) that must run the deployment's mode; ``[engine.options]`` is
 structured by that engine's ``Options`` class with the same converter as the rest of the
-config, so its errors read ``engine.options.<key>: ... [code]``; ``timing.type`` and
-``traffic.source.format`` name registered timing providers and trace formats.
+config, so its errors read ``engine.options.<key>: ... [code]``; ``timing.type``,
+``routing.type`` and ``traffic.source.format`` name registered timing providers, routers
+and trace formats (a routing table's other keys are the router's options).
 (``engine.backend`` is checked by the converter against the registered backends, see
 :mod:`servesim.backends`.)
 """
@@ -21,7 +22,9 @@ from servesim import codes
 from servesim.compiler.context import CompileContext, Registry
 from servesim.compiler.model.parsed import Engine as ParsedEngine
 from servesim.compiler.model.parsed import ParsedConfig, Timing
+from servesim.engines.routing.registry import routing_args, routing_path
 from servesim.errors import CompileError, Diagnostic, Path
+from servesim.payload import RoutingArgs
 
 DEFAULT_ENGINE = {"aggregated": "vllm", "disaggregated": "disagg"}
 ENGINE_PATH: Path = ("engine", "engine")
@@ -46,7 +49,7 @@ def _unknown(code: str, path: Path, kind: str, name: str, known: Iterable[str]) 
 def check_plugin_sections(cfg: ParsedConfig, registry: Registry) -> list[Diagnostic]:
     """Every problem with the plugin-defined parts of ``cfg`` (parse stage)."""
     return list(_engine(cfg.engine, registry)) + list(_timing(cfg, registry)) \
-        + list(_trace_format(cfg, registry))
+        + list(_routing(cfg, registry)) + list(_trace_format(cfg, registry))
 
 
 def _engine(e: ParsedEngine, registry: Registry) -> Iterator[Diagnostic]:
@@ -110,6 +113,31 @@ def resolve_timing_options(cfg: ParsedConfig, ctx: CompileContext) -> dict[
             if diags:
                 raise CompileError(diags)
             out[role] = options
+    return out
+
+
+def _routing_tables(cfg: ParsedConfig) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each role's routing table, for the roles that write one."""
+    for role in ("aggregated", "prefill", "decode"):
+        worker = getattr(cfg.engine.workers, role)
+        if worker is not None and worker.routing is not None:
+            yield role, worker.routing
+
+
+def _routing(cfg: ParsedConfig, registry: Registry) -> Iterator[Diagnostic]:
+    for role, table in _routing_tables(cfg):
+        yield from routing_args(table, registry.routers, routing_path(role))[1]
+
+
+def resolve_routing(cfg: ParsedConfig, ctx: CompileContext) -> dict[str, RoutingArgs]:
+    """The routing of each role that writes a routing table (the parse pass refused any
+    that is wrong); a role without one keeps none in the payload: round-robin."""
+    out: dict[str, RoutingArgs] = {}
+    for role, table in _routing_tables(cfg):
+        args, diags = routing_args(table, ctx.registry.routers, routing_path(role))
+        if args is None:
+            raise CompileError(diags)
+        out[role] = args
     return out
 
 

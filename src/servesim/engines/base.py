@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
@@ -23,6 +23,9 @@ from servesim.payload import Payload, RoleArgs
 from servesim.rules import check_payload
 from servesim.timing.base import StepTimer
 from servesim.timing.registry import PROVIDERS, TimerFactory, make_timer
+
+if TYPE_CHECKING:
+    from servesim.engines.routing.base import Router, RouterFactory
 
 
 @attrs.frozen
@@ -74,14 +77,23 @@ class Engine(abc.ABC):
     DESCRIPTION: ClassVar[str] = ""
     Options: ClassVar[type[Any]] = NoOptions
     # What the engine replays with, handed to it by the plugin registry that made it (the
-    # built-ins for an engine made directly): the registered backends' policies and timing
-    # providers. Read them through :meth:`timer` and :meth:`backend`.
+    # built-ins for an engine made directly): the registered backends' policies, timing
+    # providers and routers. Read them through :meth:`timer`, :meth:`backend` and
+    # :meth:`router`.
     backends: Mapping[str, Backend] = BUILTIN_BACKENDS
     timing_providers: Mapping[str, TimerFactory] = PROVIDERS
+    routers: Mapping[str, RouterFactory] | None = None  # None: the built-in routers
 
     def timer(self, role: RoleArgs) -> StepTimer:
         """The step timer ``role`` asks for, from the registered timing providers."""
         return make_timer(role, self.timing_providers, self.backends)
+
+    def router(self, role: RoleArgs) -> Router:
+        """A fresh router of ``role``'s workers (its routing section; round-robin without
+        one), from the registered routers."""
+        from servesim.engines.routing.registry import make_router
+
+        return make_router(role) if self.routers is None else make_router(role, self.routers)
 
     def backend(self, role: RoleArgs) -> Backend:
         """The policy of ``role``'s backend (the payload check refused an unknown one)."""

@@ -12,6 +12,7 @@ from servesim.plugins.hookspecs import hookimpl
 
 if TYPE_CHECKING:
     from servesim.backends import Backend
+    from servesim.engines.routing import RouterFactory
     from servesim.timing.registry import TimerFactory
     from servesim.workloads.formats import TraceLoader
 
@@ -32,7 +33,7 @@ class VllmEngine(Engine):
         role = payload.roles["aggregated"]
         stats = replay_aggregated(role, workload, sink, progress=progress,
                                   bulk_decode=self.bulk_decode, timer=self.timer(role),
-                                  policy=self.backend(role))
+                                  policy=self.backend(role), router=self.router(role))
         seconds = stats.end_ms / 1000.0
         return ReplayResult(end_ms=stats.end_ms, gpu_seconds={"aggregated": seconds * role.gpus},
                             passes=stats.passes, extra=stats.speculation)
@@ -71,6 +72,13 @@ def servesim_register_timing_providers() -> Mapping[str, TimerFactory]:
     from servesim.timing.registry import PROVIDERS
 
     return PROVIDERS
+
+
+@hookimpl
+def servesim_register_routers() -> Mapping[str, RouterFactory]:
+    from servesim.engines.routing import ROUTERS
+
+    return ROUTERS
 
 
 @hookimpl

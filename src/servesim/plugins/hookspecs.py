@@ -1,8 +1,8 @@
 """Hook specifications: the contract between servesim and its plugins.
 
 A plugin is a module (or object) with functions marked ``@servesim.hookimpl`` whose
-names match the specs below. Built-in engines, backends, timing providers and trace
-formats register through the same hooks (:mod:`servesim.plugins.builtin`). External
+names match the specs below. Built-in engines, backends, timing providers, routers and
+trace formats register through the same hooks (:mod:`servesim.plugins.builtin`). External
 packages are found through the ``servesim`` entry-point group::
 
     [project.entry-points.servesim]
@@ -19,7 +19,8 @@ Every registration hook is called once, when a registry is built
 (:meth:`servesim.plugins.manager.EngineRegistry.collect`), for every plugin. A name
 registered by two plugins is a fatal ``duplicate-*`` error naming both plugins and
 their packages; an exception raised by a hook (or later by what it registered: an
-engine's ``lower``/``validate_payload``/``replay``, a timing factory, a trace loader)
+engine's ``lower``/``validate_payload``/``replay``, a timing factory, a router, a trace
+loader)
 is reported as a ``plugin-error`` diagnostic naming the plugin and the hook, not as
 a servesim crash.
 """
@@ -34,6 +35,7 @@ import pluggy
 if TYPE_CHECKING:
     from servesim.backends import Backend
     from servesim.engines.base import Engine
+    from servesim.engines.routing import RouterFactory
     from servesim.timing.registry import TimerFactory
     from servesim.workloads.formats import TraceLoader
 
@@ -104,6 +106,26 @@ def servesim_register_timing_providers() -> Mapping[str, TimerFactory]:
     :class:`~servesim.errors.ReplayError` with diagnostics located at
     ``engine.workers.<role>.timing``. The names become valid values of
     ``[engine.workers.<role>.timing] type``.
+
+    :return: a mapping ``{type name: factory}``.
+    """
+    raise NotImplementedError
+
+
+@hookspec
+def servesim_register_routers() -> Mapping[str, RouterFactory]:
+    """Return request routers by ``routing.type`` name.
+
+    A factory is called with the role's :class:`~servesim.payload.RoleArgs` when a replay
+    starts, and by keyword with ``options`` if it has an ``Options`` class (an attrs
+    class whose fields, each with a default, are the other keys of
+    ``[engine.workers.<role>.routing]``; see :func:`servesim.engines.routing.with_options`).
+    It returns a fresh :class:`~servesim.engines.routing.Router`, whose
+    ``route(request, workers)`` is called once per request of the role, when the request
+    reaches it, with the :class:`~servesim.engines.kernel.requests.RequestSpec` and one
+    read-only :class:`~servesim.engines.routing.WorkerState` per worker (in pool order),
+    and returns the position of the chosen worker. The names become valid values of
+    ``[engine.workers.<role>.routing] type``.
 
     :return: a mapping ``{type name: factory}``.
     """

@@ -3,15 +3,16 @@
 :func:`get_plugin_manager` builds a fresh :class:`pluggy.PluginManager` with the
 built-ins, explicit plugins and (unless disabled) the ``servesim`` entry points.
 :meth:`EngineRegistry.collect` asks every plugin for its engines, backends, timing
-providers and trace formats. Anything a third-party plugin raises - in a hook, or later in what it
-registered - becomes a :class:`PluginError` naming the plugin, its package and the hook.
+providers, routers and trace formats. Anything a third-party plugin raises - in a hook, or
+later in what it registered - becomes a :class:`PluginError` naming the plugin, its package
+and the hook.
 """
 
 from __future__ import annotations
 
 import os
 import traceback
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
@@ -29,6 +30,8 @@ from servesim.timing.base import prefill_group_ms
 
 if TYPE_CHECKING:
     from servesim.backends import Backend
+    from servesim.engines.kernel.requests import RequestSpec
+    from servesim.engines.routing import Router, RouterFactory, WorkerState
     from servesim.payload import RoleArgs
     from servesim.timing.base import StepTimer
     from servesim.timing.registry import TimerFactory
@@ -193,6 +196,7 @@ def _call_each(pm: pluggy.PluginManager, hook: str, sources: Mapping[str, Plugin
 # what two plugins registered under one name: its kind, as messages name it, and the code
 DUPLICATE_CODES = {"engine": codes.DUPLICATE_ENGINE, "backend": codes.DUPLICATE_BACKEND,
                    "timing provider": codes.DUPLICATE_TIMING_PROVIDER,
+                   "router": codes.DUPLICATE_ROUTER,
                    "trace format": codes.DUPLICATE_TRACE_FORMAT}
 
 
@@ -226,23 +230,25 @@ def _bad_registration(source: PluginSource, hook: str, message: str) -> PluginEr
 
 
 class EngineRegistry:
-    """What the plugins registered: engines, backends, timing providers and trace formats,
-    by name.
+    """What the plugins registered: engines, backends, timing providers, routers and trace
+    formats, by name.
 
     Each entry remembers the :class:`PluginSource` that registered it. Third-party timing
-    factories and trace loaders are handed out wrapped, so an exception inside them is
-    reported with the plugin's name.
+    factories, routers and trace loaders are handed out wrapped, so an exception inside
+    them is reported with the plugin's name.
     """
 
     def __init__(self, engines: dict[str, tuple[type[Engine], str]],
                  timing: Mapping[str, tuple[TimerFactory, str]] | None = None,
                  formats: Mapping[str, tuple[TraceLoader, str]] | None = None,
                  sources: Mapping[str, PluginSource] | None = None,
-                 backends: Mapping[str, tuple[Backend, str]] | None = None) -> None:
+                 backends: Mapping[str, tuple[Backend, str]] | None = None,
+                 routers: Mapping[str, tuple[RouterFactory, str]] | None = None) -> None:
         self._engines = engines
         self._backends = dict(backends) if backends is not None else _builtin_backends()
         self._timing = dict(timing or {})
         self._formats = dict(formats or {})
+        self._routers = dict(routers) if routers is not None else _builtin_routers()
         self._sources = dict(sources or {})
 
     @classmethod
@@ -269,7 +275,9 @@ class EngineRegistry:
         timing = cls._named(pm, "servesim_register_timing_providers", "timing provider",
                             sources)
         formats = cls._named(pm, "servesim_register_trace_formats", "trace format", sources)
-        return cls(engines, timing, formats, sources, cls._collect_backends(pm, sources))
+        routers = cls._named(pm, "servesim_register_routers", "router", sources)
+        return cls(engines, timing, formats, sources, cls._collect_backends(pm, sources),
+                   routers)
 
     @staticmethod
     def _collect_backends(pm: pluggy.PluginManager, sources: Mapping[str, PluginSource],
@@ -320,8 +328,9 @@ class EngineRegistry:
             return None
         with self.guard(name, f"{entry[0].__qualname__}()"):
             engine = entry[0]()
-        # what the engine replays with: this registry's backends and timing providers
+        # what the engine replays with: this registry's backends, timing providers, routers
         engine.backends, engine.timing_providers = self.backends, self.timing_providers
+        engine.routers = self.routers
         return engine
 
     def engine_class(self, name: str) -> type[Engine] | None:
@@ -393,6 +402,16 @@ class EngineRegistry:
                 loader, partial(reported_as, source), f"trace format {name!r}")
         return MappingProxyType(out)
 
+    @property
+    def routers(self) -> Mapping[str, RouterFactory]:
+        """``{routing.type: factory}``; third-party routers are wrapped (see class doc)."""
+        return MappingProxyType({name: factory if self.source(plugin).kind == "builtin"
+                                 else _guarded_router(name, factory, self.source(plugin))
+                                 for name, (factory, plugin) in self._routers.items()})
+
+    def router_items(self) -> list[tuple[str, Callable[..., Any], str]]:
+        return [(n, f, o) for n, (f, o) in sorted(self._routers.items())]
+
     def timing_items(self) -> list[tuple[str, Callable[..., Any], str]]:
         return [(n, f, o) for n, (f, o) in sorted(self._timing.items())]
 
@@ -429,6 +448,52 @@ def _builtin_backends() -> dict[str, tuple[Backend, str]]:
     from servesim import backends
 
     return {name: (backend, BUILTIN) for name, backend in backends.BUILTIN.items()}
+
+
+def _builtin_routers() -> dict[str, tuple[RouterFactory, str]]:
+    from servesim.engines.routing import ROUTERS
+
+    return {name: (factory, BUILTIN) for name, factory in ROUTERS.items()}
+
+
+def _guarded_router(name: str, factory: RouterFactory, source: PluginSource) -> RouterFactory:
+    """A third-party router factory whose routers' exceptions and answers that are no
+    worker position name the plugin."""
+    from servesim.timing.registry import with_options
+
+    hook = f"router {name!r}"
+
+    def make(role: RoleArgs, **offered: Any) -> Router:
+        with reported_as(source, hook):
+            router = factory(role, **offered)
+        if not callable(getattr(router, "route", None)):
+            raise plugin_bug(source, f"{hook} returned {router!r:.60}, which has no route "
+                             "method; a router factory returns a router")
+        return _GuardedRouter(router, source, hook)
+
+    with reported_as(source, f"{hook} Options"):
+        options = getattr(factory, "Options", None)
+    return with_options(options)(make) if options is not None else make
+
+
+class _GuardedRouter:
+    """A third-party router: what it raises, or a pick that is no worker position, is the
+    plugin's error."""
+
+    __slots__ = ("_hook", "_router", "_source")
+
+    def __init__(self, router: Router, source: PluginSource, hook: str) -> None:
+        self._router, self._source, self._hook = router, source, hook
+
+    def route(self, request: RequestSpec, workers: Sequence[WorkerState]) -> int:
+        with reported_as(self._source, f"{self._hook} route"):
+            chosen = self._router.route(request, workers)
+        if isinstance(chosen, bool) or not isinstance(chosen, int) or not (
+                0 <= chosen < len(workers)):
+            raise plugin_bug(self._source, f"{self._hook} route returned {chosen!r:.40} for "
+                             f"request {request.request_id}; it returns a worker position, "
+                             f"0 to {len(workers) - 1}")
+        return chosen
 
 
 class _GuardedTimer:

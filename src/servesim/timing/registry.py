@@ -49,8 +49,9 @@ def _names(factory: TimerFactory, parameter: str) -> bool:
         return False
 
 
-def options_class(factory: TimerFactory) -> type | None:
-    """The provider's ``Options`` class, or None for a provider that takes none."""
+def options_class(factory: Callable[..., Any]) -> type | None:
+    """The ``Options`` class of a factory (a timing provider's, a router's), or None for
+    one that takes none."""
     cls = getattr(factory, "Options", None)
     return cls if isinstance(cls, type) and attrs.has(cls) else None
 

@@ -241,6 +241,12 @@ class Worker:
     scheduler: Scheduler | None = table("batch limits and pass policy of each rank")
     kv_cache: KvCache | None = table("the KV cache of each rank")
     timing: Timing | None = table("how long each pass takes")
+    # a registered router by ``type`` (default "round_robin") and its options beside it;
+    # checked against the registry by the parse pass (plugin_sections)
+    routing: dict[str, Any] | None = table(
+        "how requests are spread over this role's workers: type = \"round_robin\" "
+        "(default), \"least_loaded\", \"session_affinity\", \"kv_aware\" or a plugin's, "
+        "and the router's options")
 
 
 @attrs.frozen

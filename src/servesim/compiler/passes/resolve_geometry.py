@@ -45,7 +45,11 @@ from servesim.compiler.model.parsed import (
     default_of,
 )
 from servesim.compiler.model.resolved import Origin, Provenance, ResolvedConfig
-from servesim.compiler.plugin_sections import resolve_engine_options, resolve_timing_options
+from servesim.compiler.plugin_sections import (
+    resolve_engine_options,
+    resolve_routing,
+    resolve_timing_options,
+)
 from servesim.errors import CompileError, Diagnostic, Path, format_path
 from servesim.payload import (
     CalibrationArgs,
@@ -54,6 +58,7 @@ from servesim.payload import (
     Payload,
     Placement,
     RoleArgs,
+    RoutingArgs,
     SlaArgs,
     SlaTarget,
     SpeculationArgs,
@@ -116,6 +121,7 @@ def resolve_geometry(cfg: ParsedConfig, ctx: CompileContext) -> ResolvedConfig:
     roles, metadata = _roles(rec, e, backends.policy_of(backend, ctx.registry.backends),
                              model, ctx.base_dir,
                              resolve_timing_options(cfg, ctx))
+    roles = _routing(rec, e, roles, resolve_routing(cfg, ctx))
     kv_transfer = _kv_transfer(rec, e, roles) if mode == "disaggregated" else None
     workload = _workload(rec, cfg.traffic, ctx.base_dir)
     sla = _sla(cfg.evaluation.sla) if cfg.evaluation is not None else None
@@ -172,6 +178,19 @@ def _roles(rec: _Recorder, e: Engine, policy: Backend, model: catalog.ModelInfo 
             roles[name] = role
             metadata[name] = meta
     return roles, metadata
+
+
+def _routing(rec: _Recorder, e: Engine, roles: dict[str, RoleArgs],
+             routing: dict[str, RoutingArgs]) -> dict[str, RoleArgs]:
+    """The roles with the routing their config writes (the others: round-robin)."""
+    for name, args in routing.items():
+        if name in roles:
+            table = getattr(e.workers, name).routing
+            for key in ("type", *args.options):
+                rec.note(("engine", "workers", name, "routing", key),
+                         "authored" if key in table else "defaulted")
+            roles[name] = attrs.evolve(roles[name], routing=args)
+    return roles
 
 
 def _summary(metadata: dict[str, Any]) -> dict[str, Any]:

@@ -2,12 +2,13 @@
 
 One request's path, all in virtual milliseconds:
 
-1. its arrival is placed round-robin on a prefill worker (then round-robin over that
-   worker's attention-DP ranks), which schedules a hidden copy with one output token
-   like any vLLM request; decode costs nothing there, so the copy finishes at the end of
-   the pass that completes its prompt, and its KV is *held* on the prefill rank;
-2. at that pass end the request is placed round-robin on a decode worker/rank, which
-   reserves the prompt's blocks (reusing prefix blocks already resident there); a
+1. its arrival is placed on a prefill worker by the prefill role's router (round-robin by
+   default; then over that worker's attention-DP ranks), which schedules a hidden copy
+   with one output token like any vLLM request; decode costs nothing there, so the copy
+   finishes at the end of the pass that completes its prompt, and its KV is *held* on the
+   prefill rank;
+2. at that pass end the decode role's router places it on a decode worker (then a rank),
+   which reserves the prompt's blocks (reusing prefix blocks already resident there); a
    reservation that does not fit waits and is retried, in order, whenever that rank
    finishes a pass; a prompt the decode side can never hold is rejected there and then;
 3. once reserved, the KV transfer sends ``tokens * bytes_per_token + state_bytes`` (tokens
@@ -64,6 +65,9 @@ from servesim.engines.kernel.requests import (
     Workload,
 )
 from servesim.engines.ranks.scheduler import RankPass, SeqState
+from servesim.engines.routing.base import Router
+from servesim.engines.routing.registry import make_router
+from servesim.engines.routing.views import RoutedPool
 from servesim.errors import ReplayError
 from servesim.payload import KvTransferArgs, Payload, RoleArgs
 from servesim.timing import StepTimer, make_timer
@@ -149,6 +153,7 @@ class DisaggReplay(PassReplay[PoolWorker]):
         decode_timer: StepTimer | None = None,
         bulk_decode: bool = True,
         policy: Backend | None = None,
+        routers: tuple[Router, Router] | None = None,
     ) -> None:
         super().__init__(workload, sink, progress, bulk_decode=bulk_decode)
         self.prefill_role = prefill
@@ -176,8 +181,10 @@ class DisaggReplay(PassReplay[PoolWorker]):
         self.flights: dict[int, Flight] = {}
         self.retry: dict[DecodeRank, None] = {}  # decode ranks whose capacity changed
         self.dirty: dict[PoolWorker, None] = {}
-        self.next_prefill = 0
-        self.next_decode = 0
+        # each pool's router (the roles' routing sections' by default)
+        pr, dr = routers or (make_router(prefill), make_router(decode))
+        self.prefill_routing = RoutedPool(pr, self.prefill_workers, self._touch)
+        self.decode_routing = RoutedPool(dr, self.decode_workers, self._touch)
         # one backend serves both pools (the payload check refuses two)
         self.destination_first = (policy or backends.policy_of(decode.backend)
                                   ).destination_first
@@ -229,9 +236,8 @@ class DisaggReplay(PassReplay[PoolWorker]):
     # -- prefill side ---------------------------------------------------------------------
 
     def _arrive(self, spec: RequestSpec) -> None:
-        worker = self.prefill_workers[self.next_prefill]
+        worker = self.prefill_routing.route(spec)
         record = self._open(spec, prefill_worker=worker.index)
-        self.next_prefill = (self.next_prefill + 1) % len(self.prefill_workers)
         rank = worker.ranks[worker.place()]
         assert isinstance(rank, PrefillRank)
         # The hidden bootstrap: the prefill worker computes the prompt and one token.
@@ -356,8 +362,7 @@ class DisaggReplay(PassReplay[PoolWorker]):
     def _hand_off(self, flight: Flight) -> None:
         """Pick the destination and queue its reservation: when the prefill is done
         (source-first), or at arrival (destination-first)."""
-        worker = self.decode_workers[self.next_decode]
-        self.next_decode = (self.next_decode + 1) % len(self.decode_workers)
+        worker = self.decode_routing.route(flight.spec)
         self._touch(worker)
         rank = worker.ranks[worker.place()]
         assert isinstance(rank, DecodeRank)
@@ -465,16 +470,17 @@ def replay_disaggregated(
     bulk_decode: bool = True,
     timers: tuple[StepTimer, StepTimer] | None = None,
     policy: Backend | None = None,
+    routers: tuple[Router, Router] | None = None,
 ) -> DisaggStats:
     """Replay ``workload`` on a prefill pool and a decode pool; every request that arrives
     is sent to ``sink`` exactly once, when it becomes terminal (or at the end, as
     incomplete). ``progress`` (if given) receives the virtual time now and then;
-    ``timers`` (prefill's, decode's) and ``policy`` (the backend's) default to the
-    built-ins'."""
+    ``timers`` (prefill's, decode's), ``policy`` (the backend's) and ``routers``
+    (prefill's, decode's) default to the built-ins'."""
     pt, dt = timers or (None, None)
     return DisaggReplay(prefill, decode, kv_transfer, workload, sink, progress,
                         prefill_timer=pt, decode_timer=dt, bulk_decode=bulk_decode,
-                        policy=policy).run()
+                        policy=policy, routers=routers).run()
 
 
 def replay_payload_roles(payload: Payload, workload: Workload, sink: Sink, *,
@@ -491,8 +497,10 @@ def replay_payload_roles(payload: Payload, workload: Workload, sink: Sink, *,
     prefill, decode = payload.roles["prefill"], payload.roles["decode"]
     # the engine's timing providers and backends (the built-ins without one)
     timers = (engine.timer(prefill), engine.timer(decode)) if engine is not None else None
+    routers = (engine.router(prefill), engine.router(decode)) if engine is not None else None
     stats = replay_disaggregated(prefill, decode, payload.kv_transfer, workload, sink,
                                  progress=progress, bulk_decode=bulk_decode, timers=timers,
+                                 routers=routers,
                                  policy=engine.backend(decode) if engine is not None else None)
     p_s, d_s = stats.prefill_worker_seconds, stats.decode_worker_seconds
     return ReplayResult(

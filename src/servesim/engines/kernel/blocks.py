@@ -391,6 +391,12 @@ class BlockPool:
                 want -= take
         return out
 
+    def cached_prefix(self, identities: BlockIds | Iterable[int]) -> int:
+        """How many leading blocks of ``identities`` a lookup would hit (a router's query;
+        changes nothing)."""
+        ids = _ids(identities)
+        return len(self.lookup(ids, len(ids)))
+
     def publish(self, lease: Lease, identities: BlockIds | Iterable[int], start: int,
                 end: int) -> None:
         """Make the computed full blocks ``lease[start:end]`` visible under their

@@ -26,6 +26,10 @@ from servesim.engines.kernel.passes import PassEnd, PassReplay, PassWorker
 from servesim.engines.kernel.rank import Seq
 from servesim.engines.kernel.requests import RequestRecord, RequestSpec, Workload
 from servesim.engines.ranks.scheduler import RankPass, RankScheduler
+from servesim.engines.routing.base import Router
+from servesim.engines.routing.builtin import RoundRobin
+from servesim.engines.routing.registry import make_router
+from servesim.engines.routing.views import RoutedPool
 from servesim.payload import RoleArgs
 from servesim.timing import StepTimer, make_timer
 from servesim.timing.base import front_end
@@ -65,7 +69,8 @@ class AggregatedReplay(PassReplay[Worker]):
     All workers are ready at t=0; ``startup_seconds`` only delays workers added during a
     run, which an aggregated replay without scaling never does. ``bulk_decode=False`` is
     the reference mode: every pass goes through the event heap (see
-    :mod:`servesim.engines.kernel.passes`).
+    :mod:`servesim.engines.kernel.passes`). Arrivals go to the worker ``router`` picks
+    (default: the role's routing section's, round-robin without one).
     """
 
     def __init__(
@@ -78,6 +83,7 @@ class AggregatedReplay(PassReplay[Worker]):
         *,
         bulk_decode: bool = True,
         policy: Backend | None = None,
+        router: Router | None = None,
     ) -> None:
         super().__init__(workload, sink, progress, bulk_decode=bulk_decode)
         self.role = role
@@ -88,7 +94,11 @@ class AggregatedReplay(PassReplay[Worker]):
                                           for r in range(dp)])
             for w in range(role.replicas)
         ]
-        self.next_worker = 0
+        # where arrivals go: round-robin (the default) reads no worker state, so only the
+        # worker it picks next need end a steady segment at the next arrival
+        router = router if router is not None else make_router(role)
+        self.round_robin = isinstance(router, RoundRobin)
+        self.routing = RoutedPool(router, self._workers, self._touch)
         self.dirty: list[Worker] = []
 
     @property
@@ -121,12 +131,21 @@ class AggregatedReplay(PassReplay[Worker]):
         return seq.record.token_times
 
     def _touch_horizon(self, worker: Worker) -> float:
-        # The next arrival goes to ``next_worker``; the heap may hold earlier ones.
-        return self._horizon() if worker.index == self.next_worker else float("inf")
+        # Round-robin: the next arrival goes to its next worker; the heap may hold earlier
+        # ones. A router that read the workers' state last time touches them all at the
+        # next arrival (an open-loop one; a released one cuts the segment all the same);
+        # one that did not touches only the worker it picks, unknown here.
+        if self.round_robin:
+            if worker.index != cast(RoundRobin, self.routing.router).next:
+                return float("inf")
+            return self._horizon()
+        ahead = self._lookahead
+        if not self.routing.touched or ahead is None:
+            return float("inf")
+        return ahead.arrival_ms
 
     def _arrive(self, spec: RequestSpec) -> None:
-        worker = self._workers[self.next_worker]
-        self.next_worker = (self.next_worker + 1) % len(self._workers)
+        worker = self.routing.route(spec)
         # The request only joins a waiting queue, unless its placement reads the ranks.
         self._touch(worker, reads=worker.ranks[0].least_loaded)
         rank = worker.ranks[worker.place()]
@@ -179,6 +198,7 @@ def replay_aggregated(
     bulk_decode: bool = True,
     timer: StepTimer | None = None,
     policy: Backend | None = None,
+    router: Router | None = None,
 ) -> ReplayStats:
     """Replay ``workload`` on ``role.replicas`` vLLM workers; every request that arrives is
     sent to ``sink`` exactly once, when it becomes terminal (or at the end, as incomplete).
@@ -186,11 +206,12 @@ def replay_aggregated(
     Open-loop requests are pulled lazily from ``workload.start()``; requests released by
     ``workload.on_terminal`` join the same event queue. ``progress`` (if given) receives
     the current virtual time in ms now and then and once at the end. ``bulk_decode=False``
-    steps every pass (the reference mode; same results, slower). ``timer`` and ``policy``
-    (the role's step timer and backend policy) default to the built-ins'.
+    steps every pass (the reference mode; same results, slower). ``timer``, ``policy`` and
+    ``router`` (the role's step timer, backend policy and router) default to the
+    built-ins' (the router: the role's routing section's).
     """
     run = AggregatedReplay(role, timer or make_timer(role), workload, sink, progress,
-                           bulk_decode=bulk_decode, policy=policy)
+                           bulk_decode=bulk_decode, policy=policy, router=router)
     return run.run()
 
 
