@@ -89,10 +89,12 @@ def test_allocation_is_atomic() -> None:
     pool = BlockPool(4, 4)
     held = Lease()
     assert pool.allocate(held, 3)
-    lease = [99]  # a foreign entry proves the lease is untouched on failure
-    assert not pool.allocate(lease, 3)
-    assert lease == [99]
-    assert (pool.num_active, pool.num_free) == (3, 1)
+    lease = Lease()
+    assert pool.allocate(lease, 1)
+    before = list(lease)
+    assert not pool.allocate(lease, 3)  # two more: none is free
+    assert lease == before
+    assert (pool.num_active, pool.num_free) == (4, 0)
 
 
 def test_reusing_an_inactive_block_does_not_count_it_as_evictable() -> None:

@@ -47,6 +47,7 @@ from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 from itertools import repeat
 from operator import add, sub
+from typing import overload
 
 from servesim.engines.kernel.tokens import BlockIds
 
@@ -199,7 +200,12 @@ class Lease:
     def __iter__(self) -> Iterator[int]:
         return iter(self.blocks())
 
-    def __getitem__(self, index: int) -> int:
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[int]: ...
+
+    def __getitem__(self, index: int | slice) -> int | list[int]:
         return self.blocks()[index]
 
     def __eq__(self, other: object) -> bool:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import operator
 from bisect import bisect_right
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Final, NamedTuple, overload
 
 
@@ -158,6 +158,9 @@ class BlockIds:
         r = bisect_right(self.ends, position)
         start = self.ends[r - 1] if r else 0
         return self.firsts[r] + position - start
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.as_list())
 
     def last(self) -> int:
         """The identity of the last block (0 when there is none: the chain's start)."""
