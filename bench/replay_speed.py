@@ -47,7 +47,9 @@ and bytes per token, workers placed round-robin, and the polynomial timing (the 
 own curves, which servesim's ``polynomial`` reproduces). Cases it cannot replay say why:
 servesim's default timing has no mocker equivalent (``--timing polynomial`` replays every
 case with polynomial timing, the P/D ones included), and its synthetic sessions do not
-carry a turn's conversation into the next prompt.
+carry a turn's conversation into the next prompt. Under speculation the two ITLs differ by
+definition: servesim's is the gap between emissions (a burst of accepted tokens is one, as
+in vLLM's benchmark), the mocker's is per token.
 """
 
 from __future__ import annotations
@@ -372,8 +374,8 @@ def comparison(name: str, ours: Run, mocker: Run) -> str:
             f"TPOT {diff('mean_tpot_ms')}, out tok/s {diff('output_throughput_tok_s')}")
 
 
-def run_case(name: str, case: Case, args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Replay ``case`` in each mode (and with the mocker); print and return the runs."""
+def replay_case(case: Case, args: argparse.Namespace) -> tuple[dict[str, Run], Run | str | None]:
+    """Replay ``case`` in each mode, then with the mocker (or why not; None: not asked)."""
     modes = BOTH if args.mode == "both" else (args.mode,) if args.mode else case.modes
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
@@ -383,15 +385,10 @@ def run_case(name: str, case: Case, args: argparse.Namespace) -> list[dict[str, 
         out = ["--requests-out", str(tmp / "requests.jsonl")] if case.generated else []
         runs = {mode: best_run([sys.executable, __file__, "--servesim-child", str(config),
                                 "--mode", mode, *out], args.repeat) for mode in modes}
-        mocker = mocker_run(case, trace, next(iter(runs.values())), tmp, args)
-    printed = [{"case": name, "tool": "servesim", "mode": mode, **as_record(run)}
-               for mode, run in runs.items()]
-    if isinstance(mocker, Run):
-        printed.append({"case": name, "tool": "mocker", **as_record(mocker)})
-    if args.json:
-        for record in printed:
-            print(json.dumps(record))
-        return printed
+        return runs, mocker_run(case, trace, next(iter(runs.values())), tmp, args)
+
+
+def print_case(name: str, runs: dict[str, Run], mocker: Run | str | None) -> None:
     for mode, run in runs.items():
         print(row(name, mode, run))
     if set(BOTH) <= runs.keys():
@@ -405,7 +402,23 @@ def run_case(name: str, case: Case, args: argparse.Namespace) -> list[dict[str, 
         print(comparison(name, runs.get("bulk", next(iter(runs.values()))), mocker))
     elif mocker:
         print(f"{name:26} mocker: n/a ({mocker})")
-    return printed
+
+
+def run_case(name: str, case: Case, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Replay ``case``; print its runs (a table, or one JSON object each) and return them."""
+    runs, mocker = replay_case(case, args)
+    records = [{"case": name, "tool": "servesim", "mode": mode, **as_record(run)}
+               for mode, run in runs.items()]
+    if isinstance(mocker, Run):
+        records.append({"case": name, "tool": "mocker", **as_record(mocker)})
+    elif mocker:
+        records.append({"case": name, "tool": "mocker", "not_replayed": mocker})
+    if args.json:
+        for record in records:
+            print(json.dumps(record))
+    else:
+        print_case(name, runs, mocker)
+    return records
 
 
 def mocker_run(case: Case, trace: Path | None, servesim: Run, tmp: Path,
@@ -432,7 +445,7 @@ def session_scaling(args: argparse.Namespace) -> None:
     base = with_timing(CASES["sessions_1000_turns"], args)
     for turns in SESSION_SCALING_TURNS:
         name = f"sessions_{turns}_turns"
-        (record,) = run_case(name, replace(base, turns=turns), args)
+        record = run_case(name, replace(base, turns=turns), args)[0]
         if not args.json:
             print(f"{name:26} {1000 * record['wall_s'] / turns:.2f} ms of wall time per turn, "
                   f"{1000 * record['replay_wall_s'] / turns:.2f} ms of replay")
@@ -444,7 +457,8 @@ def with_timing(case: Case, args: argparse.Namespace) -> Case:
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--case", choices=[*sorted(CASES), "sessions_scaling"])
+    parser.add_argument("--case", choices=[*sorted(CASES), "sessions_scaling"],
+                        action="append", help="repeatable; default: the cases marked *")
     parser.add_argument("--mode", choices=("bulk", "stepwise", "both"), default=None,
                         help="default: the case's own (bulk and stepwise for poisson_10k and "
                              "mooncake_conversation, else bulk)")
@@ -464,6 +478,18 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
+def mocker_missing(python: str | None) -> str | None:
+    """Why the mocker cannot run (None: it can)."""
+    if python is None:
+        return f"not run ({MOCKER_INSTALL})"
+    check = subprocess.run([python, "-c", "import dynamo.replay.api"], capture_output=True,
+                           text=True, check=False)
+    if check.returncode != 0:
+        last = (check.stderr.strip().splitlines() or ["failed"])[-1]
+        return f"not run: {python} cannot import dynamo.replay.api ({last}); {MOCKER_INSTALL}"
+    return None
+
+
 def main() -> None:
     args = parse_args()
     if args.servesim_child:
@@ -472,17 +498,19 @@ def main() -> None:
     if args.mocker_child:
         print(json.dumps(mocker_child(args.mocker_child)))
         return
+    missing = mocker_missing(args.mocker_python)
+    if missing is not None:
+        args.mocker_python = None
     if not args.json:
         print(f"replay kernel: {'compiled (mypyc)' if compiled_kernel() else 'pure Python'}; "
               f"whole processes, best of {args.repeat}")
-        if args.mocker_python is None:
-            print(f"mocker: not run ({MOCKER_INSTALL})")
+        print(f"mocker: {missing or args.mocker_python}")
         print(HEADER)
-    if args.case == "sessions_scaling":
-        session_scaling(args)
-        return
-    for name in [args.case] if args.case else DEFAULT_CASES:
-        run_case(name, with_timing(CASES[name], args), args)
+    for name in args.case or DEFAULT_CASES:
+        if name == "sessions_scaling":
+            session_scaling(args)
+        else:
+            run_case(name, with_timing(CASES[name], args), args)
 
 
 if __name__ == "__main__":
