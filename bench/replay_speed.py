@@ -7,7 +7,7 @@ wall time, its CPU time and peak RSS from ``wait4``), so the figures of both too
 include start-up, imports and reading the trace. The replay alone (servesim's
 ``replay_payload`` call, its own process and CPU time) is printed too. Usage::
 
-    python bench/replay_speed.py                 # the default cases (below), about 3 min
+    python bench/replay_speed.py                 # the default cases (below), about 2 min
     python bench/replay_speed.py --case pd_r1_mtp_mooncake
     python bench/replay_speed.py --case poisson_10k --mode stepwise
     python bench/replay_speed.py --case sessions_scaling   # 500/1000/2000/4000 turns
@@ -28,7 +28,7 @@ Cases (``*``: run by default; ``both``: bulk and stepwise modes by default, else
 - ``sessions_1000_turns`` *: one synthetic session of 1,000 turns (8 new prompt tokens and
   2 output tokens a turn, each turn's prompt the whole conversation so far) on one worker;
   ``sessions_scaling`` runs it at 500, 1,000, 2,000 and 4,000 turns (the last ends at 40,000
-  tokens, within the model's context), with the wall time per turn;
+  tokens, within the model's context), with the CPU time per turn;
 - ``pd_r1_mtp_mooncake``: P/D DeepSeek-R1 with SGLang on H200 on the Mooncake conversation
   trace: 2 prefill workers TP8, a decode worker of 8 attention-DP ranks with EP8, MTP with 3
   speculative tokens (0.8/0.6/0.4), default timing, 50 GB/s KV transfer;
@@ -37,19 +37,19 @@ Cases (``*``: run by default; ``both``: bulk and stepwise modes by default, else
   deterministically (seeded; never committed), per-request JSONL streamed to a file.
 
 The mocker: ``--mocker-python PATH`` names a Python with ``ai-dynamo`` 1.6.1 installed
-(``pip install --no-deps ai-dynamo==1.6.1 ai-dynamo-runtime==1.6.1`` and its few pure-Python
-requirements, in this environment or a separate venv). Each case it can replay is replayed
-by ``dynamo.replay.api.run_trace_replay`` offline with what servesim compiled: the same
-trace (block 512 hash ids), backend, pool size per rank (``num_gpu_blocks``), block size,
-max_num_seqs, max_num_batched_tokens, chunked prefill, prefix caching, preemption mode,
-context length, attention-DP ranks, MTP depth and acceptance rates, KV transfer bandwidth
-and bytes per token, workers placed round-robin, and the polynomial timing (the mocker's
-own curves, which servesim's ``polynomial`` reproduces). Cases it cannot replay say why:
-servesim's default timing has no mocker equivalent (``--timing polynomial`` replays every
-case with polynomial timing, the P/D ones included), and its synthetic sessions do not
-carry a turn's conversation into the next prompt. Under speculation the two ITLs differ by
-definition: servesim's is the gap between emissions (a burst of accepted tokens is one, as
-in vLLM's benchmark), the mocker's is per token.
+(``pip install --no-deps ai-dynamo==1.6.1 ai-dynamo-runtime==1.6.1 typing_extensions``,
+here or in a separate venv: what its offline replay imports). Each case it can replay is
+replayed by ``dynamo.replay.api.run_trace_replay`` offline with what servesim compiled: the
+same trace (block 512 hash ids), backend, pool size per rank (``num_gpu_blocks``), block
+size, max_num_seqs, max_num_batched_tokens, chunked prefill, prefix caching, preemption
+mode, context length, attention-DP ranks, MTP depth and acceptance rates, KV transfer
+bandwidth and bytes per token, workers placed round-robin, and the polynomial timing (the
+mocker's own curves, which servesim's ``polynomial`` reproduces). Cases it cannot replay
+say why: servesim's default timing has no mocker equivalent (``--timing polynomial``
+replays every case with polynomial timing, the P/D ones included), and its synthetic
+sessions do not carry a turn's conversation into the next prompt. Under speculation the
+two ITLs differ by definition: servesim's is the gap between emissions (a speculative burst
+is one emission), the mocker's is per token.
 """
 
 from __future__ import annotations
@@ -70,8 +70,9 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 TRACES = HERE / "traces"
 TRACE_BLOCK_SIZE = 512  # the Mooncake traces' hash-id block
-MOCKER_INSTALL = ("pip install --no-deps ai-dynamo==1.6.1 ai-dynamo-runtime==1.6.1 and its "
-                  "requirements (here or in a separate venv), then --mocker-python PATH")
+MOCKER_INSTALL = ("pip install --no-deps ai-dynamo==1.6.1 ai-dynamo-runtime==1.6.1 "
+                  "typing_extensions (here or in a separate venv), "
+                  "then --mocker-python PATH")
 
 # --- the deployments and traffic, as a user writes them -----------------------------------
 
@@ -441,14 +442,15 @@ def as_record(run: Run) -> dict[str, Any]:
 
 
 def session_scaling(args: argparse.Namespace) -> None:
-    """The 1,000-turn session case at 500 to 4,000 turns: wall time per turn."""
+    """The 1,000-turn session case at 500 to 4,000 turns: CPU time per turn (constant
+    when a turn costs what its new tokens cost)."""
     base = with_timing(CASES["sessions_1000_turns"], args)
     for turns in SESSION_SCALING_TURNS:
         name = f"sessions_{turns}_turns"
         record = run_case(name, replace(base, turns=turns), args)[0]
         if not args.json:
-            print(f"{name:26} {1000 * record['wall_s'] / turns:.2f} ms of wall time per turn, "
-                  f"{1000 * record['replay_wall_s'] / turns:.2f} ms of replay")
+            print(f"{name:26} per turn: {1000 * record['cpu_s'] / turns:.2f} ms of CPU, "
+                  f"{1000 * record['replay_cpu_s'] / turns:.2f} ms in the replay")
 
 
 def with_timing(case: Case, args: argparse.Namespace) -> Case:
