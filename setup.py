@@ -1,49 +1,134 @@
-"""Optional compiled build of the replay kernel (everything else is in pyproject.toml).
+"""The compiled build of the replay kernel (everything else is in pyproject.toml).
 
-With ``SERVESIM_MYPYC=1`` in the environment, ``pip install .`` (or ``-e .``) compiles the
-modules below to C extensions with mypyc, the compiler mypy ships: the same source, type
-annotations enforced at run time, the replay loop's Python overhead removed. Without it
-(the default) the package is pure Python. Both give identical results; the test suite runs
-on either. After editing a compiled module in an editable install, reinstall (or delete
-its ``.so`` next to the source), or the stale extension keeps shadowing the edit.
+``pip install .`` (or ``-e .``) compiles the modules of ``servesim.build_info.COMPILED`` to C
+extensions with mypyc, the compiler mypy ships (a build requirement): the same source,
+type annotations enforced at run time, the replay loop's Python overhead removed. Where it
+cannot (no C compiler or Python headers, no mypyc), or with ``SERVESIM_MYPYC=0``, the
+package is pure Python, with a one-line notice; ``SERVESIM_MYPYC=1`` makes a failed
+compiled build an error instead. Both builds give identical results.
+
+The build records what it did in ``servesim/_build.json`` (see ``servesim.build_info``),
+which ``servesim --version`` reports and which keeps compiled modules that no longer match
+their source, or that another environment built into a shared checkout, from running.
 """
 
 from __future__ import annotations
 
 import os
+import runpy
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+from typing import Any
 
 from setuptools import setup
+from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
 
-# The modules a replay spends its time in. A compiled class can be subclassed by an
-# interpreted one only if it allows it (``mypyc_attr(allow_interpreted_subclasses=True)``,
-# as the replay loops do for plugins and tests); other subclasses compile with their base
-# (disagg.ranks with ranks.scheduler).
-COMPILED = [
-    "src/servesim/engines/kernel/blocks.py",
-    "src/servesim/engines/kernel/events.py",
-    "src/servesim/engines/kernel/core.py",
-    "src/servesim/engines/kernel/metrics.py",
-    "src/servesim/engines/kernel/passes.py",
-    "src/servesim/engines/kernel/replay.py",
-    "src/servesim/engines/kernel/tokens.py",
-    "src/servesim/engines/ranks/scheduler.py",
-    "src/servesim/engines/ranks/token_ratio.py",
-    "src/servesim/engines/vllm/engine.py",
-    "src/servesim/engines/disagg/engine.py",
-    "src/servesim/engines/disagg/ranks.py",
-    "src/servesim/timing/polynomial.py",
-    "src/servesim/workloads/driver.py",
-    "src/servesim/workloads/mooncake.py",
-    "src/servesim/workloads/trace.py",
-]
+HERE = Path(__file__).resolve().parent
+PACKAGE = HERE / "src" / "servesim"
+INFO = runpy.run_path(str(PACKAGE / "build_info.py"))  # (imports nothing of servesim)
+# set by build_backend.build_editable: the extensions go beside the source
+IN_PLACE = os.environ.get("SERVESIM_BUILD_IN_PLACE") == "1"
 
 
-def ext_modules() -> list:
-    if os.environ.get("SERVESIM_MYPYC", "0") != "1":
-        return []
+def notice(text: str) -> None:
+    sys.stderr.write(f"servesim: {text}\n")
+
+
+def cannot_compile() -> str:
+    """Why this machine cannot build the compiled kernel ("" if it can)."""
+    try:
+        import mypyc.build  # noqa: F401
+    except ImportError:
+        return "mypyc is not installed"
+    from setuptools._distutils.ccompiler import new_compiler
+    from setuptools._distutils.sysconfig import customize_compiler
+
+    compiler = new_compiler()
+    customize_compiler(compiler)
+    with tempfile.TemporaryDirectory() as tmp:
+        probe = Path(tmp) / "probe.c"
+        probe.write_text("#include <Python.h>\nint probe(void) { return 0; }\n")
+        try:
+            compiler.compile([str(probe)], output_dir=tmp,
+                             include_dirs=[sysconfig.get_paths()["include"]])
+        except Exception as exc:  # (distutils' errors, of either distutils module)
+            problem = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            return f"no working C compiler with the Python headers: {problem}"
+    return ""
+
+
+def kernel() -> tuple[list[Any], str]:
+    """The extension modules to build, and why there are none."""
+    choice = os.environ.get("SERVESIM_MYPYC", "")
+    extensions: list[Any] = []
+    why = "SERVESIM_MYPYC=0" if choice == "0" else cannot_compile()
+    if not why:
+        extensions, why = compiled_kernel()
+    if why and choice == "1":
+        raise SystemExit(f"servesim: SERVESIM_MYPYC=1, but the compiled kernel cannot be "
+                         f"built: {why}")
+    if why:
+        notice(f"pure-Python build ({why}): replays run about twice as slow as compiled")
+    return extensions, why
+
+
+def compiled_kernel() -> tuple[list[Any], str]:
+    """mypyc's extension modules, or none and why."""
     from mypyc.build import mypycify
 
-    return mypycify(COMPILED, opt_level="3", group_name="servesim_native")
+    sources = [str(INFO["source_of"](m, PACKAGE).relative_to(HERE)) for m in INFO["COMPILED"]]
+    try:
+        return mypycify(sources, opt_level="3", group_name="servesim_native"), ""
+    except SystemExit:  # its type check failed (the errors are above)
+        return [], "mypyc found errors in the source"
 
 
-setup(ext_modules=ext_modules())
+def write_record(folder: Path, data: dict[str, Any]) -> None:
+    import json
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / INFO["RECORD"]).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n",
+                                         encoding="utf-8")
+
+
+def drop_in_place_extensions(package: Path = PACKAGE) -> None:
+    """A pure editable build removes the compiled modules an earlier one left beside the
+    source, for any Python (they would shadow it), and their shared library."""
+    sources = [INFO["source_of"](m, package) for m in INFO["COMPILED"]]
+    built = [(s.parent, s.stem) for s in sources] + [(package.parent, "servesim_native__mypyc")]
+    for folder, stem in built:
+        for path in folder.glob(f"{stem}.*"):
+            if path.suffix in (".so", ".pyd"):
+                path.unlink()
+
+
+class BuildPy(build_py):
+    """A wheel's ``_build.json``: pure (the compiled build's overwrites it)."""
+
+    def run(self) -> None:
+        super().run()
+        if not IN_PLACE:
+            write_record(Path(self.build_lib) / "servesim",
+                         INFO["record"](PACKAGE, compiled=False, why=WHY))
+
+
+class BuildExt(build_ext):
+    """The compiled kernel's ``_build.json``, once its extensions are built."""
+
+    def run(self) -> None:
+        super().run()
+        folder = PACKAGE if IN_PLACE else Path(self.build_lib) / "servesim"
+        write_record(folder, INFO["record"](PACKAGE, compiled=True, in_place=IN_PLACE))
+
+
+if __name__ == "__main__" and os.environ.get("SERVESIM_METADATA_ONLY") == "1":
+    setup()  # the metadata only: nothing to compile
+elif __name__ == "__main__":  # (as setuptools runs it; tests import the functions)
+    EXTENSIONS, WHY = kernel()
+    if IN_PLACE and not EXTENSIONS:
+        drop_in_place_extensions()
+        write_record(PACKAGE, INFO["record"](PACKAGE, compiled=False, why=WHY))
+    setup(ext_modules=EXTENSIONS, cmdclass={"build_py": BuildPy, "build_ext": BuildExt})

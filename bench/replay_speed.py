@@ -33,6 +33,9 @@ Cases (``*``: run by default; ``both``: bulk and stepwise modes by default, else
   trace: 2 prefill workers TP8, a decode worker of 8 attention-DP ranks with EP8, MTP with 3
   speculative tokens (0.8/0.6/0.4), default timing, 50 GB/s KV transfer;
   ``pd_r1_mooncake`` the same without speculation;
+- ``pd_mooncake_conversation``: the Mooncake conversation trace on six prefill and three
+  decode workers like the aggregated one, joined by a 25 GB/s KV link per prefill worker,
+  which the transfers leaving one worker share;
 - ``poisson_1m``: 16 aggregated workers on a 1,000,000-request Poisson trace generated here
   deterministically (seeded; never committed), per-request JSONL streamed to a file.
 
@@ -47,9 +50,10 @@ bandwidth and bytes per token, workers placed round-robin, and the polynomial ti
 mocker's own curves, which servesim's ``polynomial`` reproduces). Cases it cannot replay
 say why: servesim's default timing has no mocker equivalent (``--timing polynomial``
 replays every case with polynomial timing, the P/D ones included), and its synthetic
-sessions do not carry a turn's conversation into the next prompt. Under speculation the
-two ITLs differ by definition: servesim's is the gap between emissions (a speculative burst
-is one emission), the mocker's is per token.
+sessions do not carry a turn's conversation into the next prompt. servesim's P/D KV
+transfers share their link's bandwidth, the mocker's do not: the comparison says so where
+it applies. Under speculation the two ITLs differ by definition: servesim's is the gap
+between emissions (a speculative burst is one emission), the mocker's is per token.
 """
 
 from __future__ import annotations
@@ -112,6 +116,34 @@ type = "{timing}"
 bandwidth_gb_per_second = 50.0
 """
 
+QWEN_DISAGGREGATED = """
+[engine]
+mode = "disaggregated"
+model = "Qwen/Qwen3-32B"
+hardware = "h200_sxm"
+[engine.workers.prefill.parallelism]
+replicas = 6
+[engine.workers.prefill.scheduler]
+max_batched_tokens = 8192
+[engine.workers.prefill.kv_cache]
+block_size = 64
+prefix_caching = true
+[engine.workers.prefill.timing]
+type = "{timing}"
+[engine.workers.decode.parallelism]
+replicas = 3
+[engine.workers.decode.scheduler]
+max_batched_tokens = 8192
+max_sequences = 256
+[engine.workers.decode.kv_cache]
+block_size = 64
+prefix_caching = true
+[engine.workers.decode.timing]
+type = "{timing}"
+[engine.kv_transfer]
+bandwidth_gb_per_second = 25.0
+"""
+
 MTP = """
 [engine.speculation]
 kind = "mtp"
@@ -142,7 +174,8 @@ sessions_per_second = 1.0
 sessions = 1
 """
 
-DEPLOYMENTS = {"qwen_aggregated": QWEN_AGGREGATED, "r1_disaggregated": R1_DISAGGREGATED}
+DEPLOYMENTS = {"qwen_aggregated": QWEN_AGGREGATED, "qwen_disaggregated": QWEN_DISAGGREGATED,
+               "r1_disaggregated": R1_DISAGGREGATED}
 
 
 @dataclass(frozen=True)
@@ -169,6 +202,7 @@ CASES = {
                                       mtp=True),
     "prefix_4_replicas": Case("qwen_aggregated", "mooncake_synthetic.jsonl", replicas=4),
     "sessions_1000_turns": Case("qwen_aggregated", turns=1000),
+    "pd_mooncake_conversation": Case("qwen_disaggregated", "mooncake_conversation.jsonl"),
     "pd_r1_mooncake": Case("r1_disaggregated", "mooncake_conversation.jsonl", timing="default"),
     "pd_r1_mtp_mooncake": Case("r1_disaggregated", "mooncake_conversation.jsonl", mtp=True,
                                timing="default"),
@@ -369,10 +403,14 @@ def comparison(name: str, ours: Run, mocker: Run) -> str:
         return f"{100 * (a - b) / b:+.1f}%" if b else "n/a"
 
     rss = ours.peak_rss_mb / mocker.peak_rss_mb
+    kv = ours.result["kv_transfer"]
+    shared = kv is not None and kv["sharing"] != "none"
     return (f"{name:26} servesim/mocker: wall {ours.wall_s / mocker.wall_s:.2f}x, "
             f"cpu {ours.cpu_s / mocker.cpu_s:.2f}x, RSS {rss:.2f}x; "
             f"TTFT {diff('mean_ttft_ms')}, "
-            f"TPOT {diff('mean_tpot_ms')}, out tok/s {diff('output_throughput_tok_s')}")
+            f"TPOT {diff('mean_tpot_ms')}, out tok/s {diff('output_throughput_tok_s')}"
+            + ("; servesim's KV transfers share their links, the mocker's do not"
+               if shared else ""))
 
 
 def replay_case(case: Case, args: argparse.Namespace) -> tuple[dict[str, Run], Run | str | None]:

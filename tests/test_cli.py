@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from servesim import __version__
-from servesim.cli import build, main
+from servesim.build_info import build
+from servesim.cli import main
 from servesim.compiler import compile_file
 from servesim.payload import dump_payload
 from servesim.plugins.manager import EngineRegistry, get_plugin_manager
@@ -501,7 +502,7 @@ def test_ctrl_c_while_the_cli_loads_exits_130(monkeypatch: pytest.MonkeyPatch,
         return real_import(name, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(builtins, "__import__", interrupted)
-    assert console.run() == 130
+    assert console.run(["plugins"]) == 130
     assert capsys.readouterr().err == "interrupted\n"
 
 

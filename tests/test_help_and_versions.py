@@ -6,12 +6,16 @@ from __future__ import annotations
 import json
 import platform
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 import servesim
-from servesim.cli import EXAMPLES, _parser, build, main
+from servesim.arguments import EXAMPLES, parser
+from servesim.build_info import build
+from servesim.cli import main
 from servesim.compiler import compile_file
 from servesim.plugins.manager import EngineRegistry, get_plugin_manager
 from servesim.replay import ReplayOutcome, replay, replay_payload
@@ -50,7 +54,7 @@ def _plain(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def commands() -> list[str]:
-    sub = next(a for a in _parser()._actions if a.dest == "command")
+    sub = next(a for a in parser()._actions if a.dest == "command")
     return sorted(sub.choices)  # type: ignore[arg-type]
 
 
@@ -74,9 +78,42 @@ def test_the_top_level_help_ends_with_an_example(capsys: pytest.CaptureFixture[s
 @pytest.mark.parametrize("command", ["compile", "validate", "inspect", "replay", "sweep"])
 def test_the_help_examples_parse_and_name_a_shipped_config(command: str) -> None:
     argv = shlex.split(EXAMPLES[command])[1:]
-    args = _parser().parse_args(argv)
+    args = parser().parse_args(argv)
     assert args.command == command
     assert (REPO / argv[1]).is_file()
+
+
+# what the help and a usage error need none of: rich, the IR's libraries, the plugin
+# manager, the compiler, the engines, the commands' modules
+HEAVY = ("rich", "attr", "attrs", "cattrs", "pluggy", "servesim.cli", "servesim.compiler",
+         "servesim.engines", "servesim.errors", "servesim.payload", "servesim.catalog",
+         "servesim.sweep", "servesim.search", "servesim.report", "servesim.init_command")
+IMPORTED = """
+import sys
+from servesim.console import run
+try:
+    run()
+except SystemExit:
+    pass
+print(" ".join(sorted(sys.modules)))
+"""
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["replay", "--help"], ["no-such-command"]])
+def test_the_entry_point_prints_help_or_a_usage_error_without_the_heavy_modules(
+        argv: list[str]) -> None:
+    done = subprocess.run([sys.executable, "-c", IMPORTED, *argv], capture_output=True,
+                          text=True, check=True)
+    loaded = done.stdout.split()
+    assert "servesim.arguments" in loaded
+    assert [m for m in loaded if m.split(".")[0] in HEAVY or m.startswith(HEAVY)] == []
+
+
+def test_a_command_imports_its_module_when_it_runs() -> None:
+    done = subprocess.run([sys.executable, "-c", IMPORTED, "gpus", "--format", "json"],
+                          capture_output=True, text=True, check=True)
+    loaded = done.stdout.split()
+    assert "servesim.catalog_command" in loaded and "servesim.sweep.command" not in loaded
 
 
 def test_version_names_the_release_the_build_and_the_python(

@@ -10,7 +10,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from servesim import build_info
 from servesim.version import __version__
+
+# compiled modules that are stale, or another environment's, never shadow the source
+build_info.install()
 
 __all__ = [
     "CompileError",

@@ -47,22 +47,17 @@ def _keys_help(keys: dict[str, str]) -> str:
         "\n".join(f"  {k}: {v}" for k, v in keys.items())
 
 
-def add_parsers(sub: Any) -> None:
-    raw = argparse.RawDescriptionHelpFormatter
-    m = sub.add_parser(
-        "models", help="list the known model ids (shipped configs and aliases)",
-        formatter_class=raw,
-        description="List the model ids servesim knows without a folder or a download.\n"
-        "Any Hugging Face id in the local cache (or downloadable, with servesim[hub]) "
-        "works too." + _keys_help(MODEL_KEYS),
-        epilog="example: servesim models llama --format json")
+def model_arguments(m: argparse.ArgumentParser) -> None:
+    m.description = ("List the model ids servesim knows without a folder or a download.\n"
+                     "Any Hugging Face id in the local cache (or downloadable, with "
+                     "servesim[hub]) works too." + _keys_help(MODEL_KEYS))
     m.add_argument("match", nargs="?", default="",
                    help="show only ids containing this text (letter case aside)")
     m.add_argument("--format", choices=("text", "json"), default="text")
-    g = sub.add_parser("gpus", help="list the known GPUs (engine.hardware names)",
-                       formatter_class=raw,
-                       description="List the shipped GPU specs." + _keys_help(GPU_KEYS),
-                       epilog="example: servesim gpus --format json")
+
+
+def gpu_arguments(g: argparse.ArgumentParser) -> None:
+    g.description = "List the shipped GPU specs." + _keys_help(GPU_KEYS)
     g.add_argument("--format", choices=("text", "json"), default="text")
 
 

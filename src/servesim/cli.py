@@ -13,13 +13,10 @@ import contextlib
 import errno
 import importlib
 import json
-import math
 import os
-import platform
 import signal
 import sys
 import threading
-import time
 import traceback
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -28,9 +25,12 @@ from typing import Any
 from rich.console import Console
 
 from servesim import codes
-from servesim.compiler import STAGES, compile_source
+from servesim.arguments import parser
+from servesim.commands import COMMANDS, load
+from servesim.compiler import compile_source
 from servesim.compiler.model.resolved import ResolvedConfig, ValidatedConfig
 from servesim.compiler.source import SourceText, read_input
+from servesim.console import open_closed_streams
 from servesim.errors import Diagnostic, PayloadError, PluginError, ReplayError, ServesimError
 from servesim.files import identity, is_special, whole_file
 from servesim.payload import (
@@ -48,126 +48,9 @@ from servesim.plugins.manager import (
     get_plugin_manager,
 )
 from servesim.render import shown
-from servesim.version import __version__
 
 EXIT_OK, EXIT_INPUT, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-MAX_TIMEOUT_S = 1e7  # (past the timer's range; 115 days)
 UNLIMITED_WIDTH = 100_000  # a console's width where it has no terminal's (piped)
-CONFIG = "examples/configs/qwen3_32b_h200.toml"
-# what each command's --help ends with
-EXAMPLES = {
-    "compile": f"servesim compile {CONFIG} -o payload.json",
-    "validate": f"servesim validate {CONFIG} --set traffic.load.concurrency=64",
-    "inspect": f"servesim inspect {CONFIG} --format json",
-    "schema": "servesim schema config > servesim.schema.json",
-    "plugins": "servesim plugins --format json",
-    "replay": f"servesim replay {CONFIG} -o report.json --requests-out requests.jsonl",
-    "calibrate": f"servesim calibrate {CONFIG} bench_result.json -o calibrated.json",
-    "sweep": f"servesim sweep {CONFIG} --set engine.workers.aggregated.parallelism.tensor=1,2,4 "
-             "-o results.jsonl",
-    "search": "servesim search examples/configs/llama70b_planner.toml "
-              "--space examples/search/planner.toml",
-    "report": "servesim report results.jsonl -o report.html",
-    "models": "servesim models llama-3.1 --format json",
-    "gpus": "servesim gpus --format json",
-    "init": "servesim init --model meta-llama/Llama-3.1-8B-Instruct --gpu h100_sxm --out my.toml",
-}
-
-
-def build() -> str:
-    """The build (pure Python, or the replay kernel compiled with mypyc) and the Python."""
-    from importlib.machinery import EXTENSION_SUFFIXES
-
-    from servesim.engines.kernel import core
-
-    compiled = (core.__file__ or "").endswith(tuple(EXTENSION_SUFFIXES))
-    kind = "compiled build (mypyc)" if compiled else "pure-Python build"
-    return f"{kind}; {platform.python_implementation()} {platform.python_version()}"
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="servesim", description="GPU-free LLM serving simulator.",
-                                epilog=f"example:\n  {EXAMPLES['replay']}",
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--version", action="version", version=f"servesim {__version__} ({build()})")
-    p.add_argument("--plugin", action="append", default=[], metavar="MODULE",
-                   help="import MODULE and register it as a plugin (repeatable)")
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    c = sub.add_parser("compile", help="compile a TOML config into an engine payload")
-    c.add_argument("config", help="config file (TOML)")
-    c.add_argument("-o", "--output", help="write the payload here (default: stdout)")
-    c.add_argument("--stop-after", choices=STAGES, default="lower",
-                   help="stop after this stage and print its result")
-    c.add_argument("--format", choices=("json", "text"), default="json")
-    add_set_option(c)
-
-    v = sub.add_parser("validate", help="check a config, and the trace and timing tables it "
-                       "names, without writing a payload")
-    v.add_argument("config")
-    v.add_argument("--format", choices=("text", "json"), default="text",
-                   help="text, or the result, diagnostics and warnings as JSON on stdout "
-                   "(exit codes unchanged)")
-    add_set_option(v)
-
-    i = sub.add_parser("inspect", help="show every resolved value and where it came from")
-    i.add_argument("config")
-    i.add_argument("--format", choices=("text", "json"), default="text")
-    add_set_option(i)
-
-    s = sub.add_parser("schema", help="print a JSON Schema")
-    s.add_argument("which", choices=("config", "payload"))
-
-    pl = sub.add_parser("plugins", help="list registered engines, backends, timing providers "
-                        "and trace formats, and where they come from")
-    pl.add_argument("--format", choices=("text", "json"), default="text")
-
-    r = sub.add_parser("replay", help="replay the traffic of a config or payload")
-    r.add_argument("input", help="config (.toml) or payload (.json)")
-    r.add_argument("-o", "--output", help="write the report (JSON) here")
-    r.add_argument("--requests-out", help="write one JSON line per request here")
-    r.add_argument("--format", choices=("text", "json"), default="text",
-                   help="stdout format: a summary table, or the report as JSON")
-    r.add_argument("--quiet", action="store_true", help="no progress bar")
-    r.add_argument("--timeout", type=_seconds, metavar="SECONDS",
-                   help="stop the replay after this much wall-clock time, as Ctrl-C does "
-                   "(exit 130, no report; finished requests are kept in --requests-out)")
-    r.add_argument("--check-invariants", action="store_true",
-                   help="audit block reference counts, pool totals, queues, virtual time and "
-                   "terminal states at every step (slower; also SERVESIM_CHECK_INVARIANTS=1)")
-    cal = sub.add_parser("calibrate", help="fit the config's timing to measured benchmark "
-                         "results and write a calibration file")
-    cal.add_argument("config", help="config file (TOML): the deployment that was measured")
-    cal.add_argument("measurements", nargs="+", metavar="MEASUREMENTS",
-                     help="CSV in silicon_dev.csv's columns, vllm bench serve result JSON, "
-                     "or AIPerf / GenAI-Perf profile export JSON")
-    cal.add_argument("-o", "--output", required=True,
-                     help="write the calibration file (JSON) here")
-    cal.add_argument("--format", choices=("text", "json"), default="text",
-                     help="stdout format: tables, or the calibration file")
-    cal.add_argument("--output-spread", type=float, default=0.2, metavar="FRACTION",
-                     help="spread the replayed output lengths uniformly over mean x (1 +- "
-                     "FRACTION), as a benchmark's clients drift apart (0: in lockstep)")
-    cal.add_argument("--quiet", action="store_true", help="no progress bar")
-    add_set_option(r)
-    from servesim.commands import add_parsers
-
-    add_parsers(sub)
-    for name, command in sub.choices.items():
-        command.epilog = f"example:\n  {EXAMPLES[name]}"
-        command.formatter_class = argparse.RawDescriptionHelpFormatter
-    return p
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 < value <= MAX_TIMEOUT_S:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds in (0, "
-                                         f"{MAX_TIMEOUT_S:g}], got {text!r}")
-    return value
 
 
 class TimedOut(KeyboardInterrupt):
@@ -194,12 +77,6 @@ def _deadline(seconds: float | None) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
-def add_set_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="set a config value: KEY a dotted path, VALUE a TOML value "
-                        "(repeatable; a later one wins)")
-
-
 def config_source(path: str | Path, settings: list[str]) -> SourceText:
     """The config at ``path`` with the ``--set`` changes ``settings``."""
     from servesim.compiler.overrides import parse_override
@@ -208,10 +85,13 @@ def config_source(path: str | Path, settings: list[str]) -> SourceText:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    for stream in ("stdout", "stderr"):
-        if getattr(sys, stream) is None:  # closed by the caller (`>&-`): output goes nowhere
-            setattr(sys, stream, open(os.devnull, "w", encoding="utf-8"))  # noqa: SIM115
-    args = _parser().parse_args(argv)
+    """Run the command ``argv`` (default: ``sys.argv[1:]``); its exit code."""
+    open_closed_streams()
+    return run(parser().parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the command ``args`` parsed; its exit code."""
     # markup and emoji codes off: a file name or a plugin's text is printed as it is,
     # brackets and colons included
     out = Console(file=sys.stdout, highlight=False, markup=False, emoji=False)
@@ -220,12 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # what plugins print goes to stderr: stdout holds only our output (a JSON report)
         with contextlib.redirect_stdout(sys.stderr):
             registry = _registry(args.plugin)
-            from servesim.commands import handlers
-
-            handler = {"compile": _compile, "validate": _validate, "inspect": _inspect,
-                       "schema": _schema, "plugins": _plugins, "replay": _replay,
-                       "calibrate": _calibrate, **handlers()}[args.command]
-            return handler(args, registry, out, err)
+            return load(COMMANDS[args.command].handler)(args, registry, out, err)
     except ServesimError as exc:
         from servesim.render import print_diagnostics
 
@@ -270,8 +145,8 @@ def _registry(modules: list[str]) -> EngineRegistry:
     return EngineRegistry.collect(get_plugin_manager(plugins=plugins))
 
 
-def _compile(args: argparse.Namespace, registry: EngineRegistry, out: Console,
-             err: Console) -> int:
+def run_compile(args: argparse.Namespace, registry: EngineRegistry, out: Console,
+                err: Console) -> int:
     output = _output_path(args.output, "-o")
     _not_an_input({"-o": args.output}, [args.config])
     source = config_source(args.config, args.set)
@@ -305,8 +180,8 @@ def _compile(args: argparse.Namespace, registry: EngineRegistry, out: Console,
     return EXIT_OK
 
 
-def _validate(args: argparse.Namespace, registry: EngineRegistry, out: Console,
-              err: Console) -> int:
+def run_validate(args: argparse.Namespace, registry: EngineRegistry, out: Console,
+                 err: Console) -> int:
     from servesim.replay import check_input_files
     from servesim.sla import sla_deprecations
 
@@ -346,8 +221,8 @@ def _write_validation(out: Console, config: str, payload: Payload | None,
     out.file.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
 
 
-def _inspect(args: argparse.Namespace, registry: EngineRegistry, out: Console,
-             err: Console) -> int:
+def run_inspect(args: argparse.Namespace, registry: EngineRegistry, out: Console,
+                err: Console) -> int:
     resolved = compile_source(config_source(args.config, args.set), registry=registry,
                               stop_after="validate").resolved
     if args.format == "json":
@@ -359,8 +234,8 @@ def _inspect(args: argparse.Namespace, registry: EngineRegistry, out: Console,
     return EXIT_OK
 
 
-def _schema(args: argparse.Namespace, registry: EngineRegistry, out: Console,
-            err: Console) -> int:
+def run_schema(args: argparse.Namespace, registry: EngineRegistry, out: Console,
+               err: Console) -> int:
     from servesim.schemas import add_engine_options, load_schema
 
     schema = load_schema(args.which)
@@ -370,8 +245,8 @@ def _schema(args: argparse.Namespace, registry: EngineRegistry, out: Console,
     return EXIT_OK
 
 
-def _plugins(args: argparse.Namespace, registry: EngineRegistry, out: Console,
-             err: Console) -> int:
+def run_plugins(args: argparse.Namespace, registry: EngineRegistry, out: Console,
+                err: Console) -> int:
     def where(plugin: str) -> dict[str, str]:
         return {"plugin": plugin, "source": registry.source(plugin).describe()}
 
@@ -443,9 +318,11 @@ def load_input(path: str, registry: EngineRegistry,
     return load_payload(data, name=path), None
 
 
-def _replay(args: argparse.Namespace, registry: EngineRegistry, out: Console,
-            err: Console) -> int:
+def run_replay(args: argparse.Namespace, registry: EngineRegistry, out: Console,
+               err: Console) -> int:
     from servesim.engines.kernel.audit import check_invariants
+    from servesim.progress import ReplayProgress, replay_size
+    from servesim.progress import shown as progress_shown
     from servesim.render import (
         report_summary,
         report_table,
@@ -460,20 +337,20 @@ def _replay(args: argparse.Namespace, registry: EngineRegistry, out: Console,
     payload, base_dir = load_input(args.input, registry, args.set)
     _not_an_input({"-o": args.output, "--requests-out": args.requests_out},
                   [args.input, *payload_files(payload)])
-    show_progress = not args.quiet and err.is_terminal
-    bar = _progress(err, show_progress)
+    progress = ReplayProgress(*replay_size(payload, tuple(registry.trace_formats), base_dir))
     audit = check_invariants() if args.check_invariants else contextlib.nullcontext()
     try:
-        with bar, audit, _deadline(args.timeout):
+        with progress_shown(progress, err, quiet=args.quiet), audit, _deadline(args.timeout):
             outcome = replay_payload(payload, registry=registry, base_dir=base_dir,
-                                     requests_out=requests_out, progress=bar.update)
+                                     requests_out=requests_out,
+                                     progress=progress.virtual_time,
+                                     on_record=progress.request_ended)
     except KeyboardInterrupt as exc:
         kept = f"; finished requests are in {shown(args.requests_out)}" \
             if args.requests_out else ""
         why = f"stopped by --timeout {args.timeout:g}" if isinstance(exc, TimedOut) \
             else "interrupted"
-        err.print(f"{why} at virtual time {bar.virtual_ms / 1000:.1f} s: no report "
-                  f"written{kept}")
+        err.print(f"{why} at {progress.where()}: no report written{kept}")
         return EXIT_INTERRUPTED
     _warn(err, outcome.warnings)
     report = outcome.report
@@ -514,8 +391,8 @@ def _nothing_completed(where: str, report: dict[str, Any]) -> Diagnostic:
         "(kv_cache.memory_fraction, more GPUs per worker); or let the replay run longer")
 
 
-def _calibrate(args: argparse.Namespace, registry: EngineRegistry, out: Console,
-               err: Console) -> int:
+def run_calibrate(args: argparse.Namespace, registry: EngineRegistry, out: Console,
+                  err: Console) -> int:
     from servesim.calibrate.measurements import read_measurements
     from servesim.calibrate.run import calibrate, document
     from servesim.render import calibration_tables
@@ -576,40 +453,6 @@ class _steps:
             self._phase = phase
             self._bar.reset(self._task, total=total, description=f"replaying: {phase}")
         self._bar.update(self._task, completed=done)
-
-    def __exit__(self, *exc: object) -> None:
-        if self._bar is not None:
-            self._bar.__exit__(*exc)
-
-
-class _progress:
-    """Tracks virtual time; shows a transient progress bar on stderr when enabled."""
-
-    def __init__(self, console: Console, enabled: bool) -> None:
-        self.console, self.enabled = console, enabled
-        self.virtual_ms = 0.0
-        self._bar: Any = None
-        self._task: Any = None
-        self._last = 0.0
-
-    def __enter__(self) -> _progress:
-        if self.enabled:
-            from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-            self._bar = Progress(SpinnerColumn(), TextColumn("replaying: {task.description}"),
-                                 TimeElapsedColumn(), console=self.console, transient=True)
-            self._bar.__enter__()
-            self._task = self._bar.add_task("virtual t = 0.0 s", total=None)
-        return self
-
-    def update(self, virtual_ms: float) -> None:
-        self.virtual_ms = virtual_ms
-        if self._bar is None:
-            return
-        now = time.monotonic()
-        if now - self._last > 0.1:
-            self._last = now
-            self._bar.update(self._task, description=f"virtual t = {virtual_ms / 1000:.1f} s")
 
     def __exit__(self, *exc: object) -> None:
         if self._bar is not None:

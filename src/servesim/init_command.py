@@ -22,14 +22,11 @@ from servesim.plugins.manager import EngineRegistry
 MAX_PIPELINE = 8
 
 
-def add_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        "init", help="write a commented starter config for a model and a GPU",
-        description="Write a starter config (deployment, synthetic traffic, evaluation) "
-        "for MODEL on GPU that validates as written: the workers get the fewest GPUs that "
-        "hold the model. `servesim models` and `servesim gpus` list the names.",
-        epilog="example: servesim init --model Qwen/Qwen3-32B --gpu h100_sxm --out "
-        "qwen.toml && servesim replay qwen.toml")
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = ("Write a starter config (deployment, synthetic traffic, evaluation) "
+                     "for MODEL on GPU that validates as written: the workers get the fewest "
+                     "GPUs that hold the model. `servesim models` and `servesim gpus` list "
+                     "the names.")
     p.add_argument("--model", required=True, metavar="ID",
                    help="a Hugging Face model id, or a folder holding config.json")
     p.add_argument("--gpu", required=True, metavar="NAME", help="a GPU name (servesim gpus)")

@@ -155,12 +155,15 @@ class RoleArgs:
 
 @attrs.frozen
 class KvTransferArgs:
-    """P/D KV transfer: delay = (tokens * bytes_per_token + state_bytes) / bandwidth."""
+    """P/D KV transfer: (tokens * bytes_per_token + state_bytes) over a link of the
+    bandwidth, which the transfers on one link share (``sharing``: which transfers do)."""
 
     bytes_per_token: int = attrs.field(metadata={"lo": 1, "hi": L.BYTES_PER_TOKEN})
     bandwidth_gb_per_second: float | None = bounded(*L.BANDWIDTH_GB_S)
     timing_mode: Literal["destination_missing", "full_prompt"] = "destination_missing"
     state_bytes: int = bounded(0, L.U64_MAX, default=0)
+    # Added in v1 (additive).
+    sharing: Literal["prefill_worker", "decode_worker", "none"] = "prefill_worker"
 
 
 SlaMetric = Literal["ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"]

@@ -232,9 +232,22 @@ def _handoff_rows(report: Mapping[str, Any]) -> list[tuple[str, str]]:
         return []
     rows = [("KV transfers", f"{report['kv_transfers']} (mean "
              f"{report.get('mean_kv_transfer_ms', 0.0):.2f} ms on the link)")]
+    rows += _contention_rows(report)
     rows += [(f"{status} requests", str(report.get(f"{status}_requests", 0)))
              for status in ("rejected", "incomplete") if not report.get(f"{status}_requests")]
     return rows
+
+
+def _contention_rows(report: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """How much the transfers sharing a link slowed each other, where the report says."""
+    peak = report.get("max_concurrent_kv_transfers")
+    if peak is None:
+        return []
+    if peak <= 1:
+        return [("KV link sharing", "none (one transfer per link at a time)")]
+    return [("KV link sharing", f"up to {peak} transfers on one link; p99 "
+             f"{report['p99_kv_transfer_ms']:.2f} ms, mean "
+             f"{report['mean_kv_transfer_uncontended_ms']:.2f} ms alone")]
 
 
 def _cost_rows(report: Mapping[str, Any]) -> list[tuple[str, str]]:

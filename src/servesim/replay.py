@@ -135,15 +135,18 @@ def replay_payload(payload: Payload, *, registry: EngineRegistry | None = None,
                    base_dir: Path | None = None,
                    requests_out: Path | None = None,
                    progress: Callable[[float], None] | None = None,
-                   workload: SessionWorkload | None = None) -> ReplayOutcome:
+                   workload: SessionWorkload | None = None,
+                   on_record: Callable[[RequestRecord], None] | None = None) -> ReplayOutcome:
     """Check the payload with its engine's rules, replay it, return the report.
 
     Per-request records stream to ``requests_out`` (JSON lines) as requests finish, so
     memory per finished request stays O(1) beyond the latency samples; they go to a
     temporary file beside it, renamed over it when the replay ends, so a replay that fails
-    leaves the previous file in place. ``workload`` replaces the one ``payload.workload``
-    describes (the report still names the latter). ``registry`` defaults to the built-ins
-    and the installed entry-point plugins.
+    leaves the previous file in place. ``on_record`` (if given) is called with each record
+    too, and ``progress`` with the virtual time now and then (by an engine that does).
+    ``workload`` replaces the one ``payload.workload`` describes (the report still names
+    the latter). ``registry`` defaults to the built-ins and the installed entry-point
+    plugins.
     """
     registry = default_registry() if registry is None else registry
     engine = registry.get(payload.engine)
@@ -176,6 +179,8 @@ def replay_payload(payload: Payload, *, registry: EngineRegistry | None = None,
                 collector.add(record)
                 f.write(json.dumps(request_record_json(record), sort_keys=True) + "\n")
 
+        if on_record is not None:
+            sink = _then(sink, on_record)
         if third_party:
             ledger = checked.Ledger(source, hook % "replay", sink)
             value = engine.replay(payload, ledger.workload(workload), ledger.sink,
@@ -193,6 +198,15 @@ def replay_payload(payload: Payload, *, registry: EngineRegistry | None = None,
     report.update(cost_figures(payload.roles, payload.gpu_hour_usd,
                                report["output_throughput_tok_s"], result.gpu_seconds))
     return ReplayOutcome(report=report, wall_time_ms=wall_ms, warnings=tuple(warnings))
+
+
+def _then(first: Callable[[RequestRecord], None], then: Callable[[RequestRecord], None]
+          ) -> Callable[[RequestRecord], None]:
+    def both(record: RequestRecord) -> None:
+        first(record)
+        then(record)
+
+    return both
 
 
 @contextmanager

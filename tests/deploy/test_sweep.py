@@ -188,3 +188,28 @@ def test_html_without_plotly_is_refused_before_the_sweep(
                        "-o", "r.json", "--html", "r.html")
     assert code == 1 and "pip install 'servesim[report]'" in err
     assert not Path("r.json").exists()
+
+
+def test_the_trials_log_a_line_every_few_seconds_when_stderr_is_no_terminal() -> None:
+    import io
+
+    from rich.console import Console
+
+    from servesim.progress import LOG_EVERY_S
+    from servesim.sweep.progress import TrialProgress
+
+    now = [0.0]
+    stream = io.StringIO()
+    console = Console(file=stream, force_terminal=False)
+    with TrialProgress(console, 12, True, clock=lambda: now[0]) as bar:
+        for _ in range(4):
+            now[0] += LOG_EVERY_S / 2
+            bar.advance()
+    assert stream.getvalue().splitlines() == [
+        "sweep: 2 of 12 points done (17%), 5 s elapsed, ETA 25 s",
+        "sweep: 4 of 12 points done (33%), 10 s elapsed, ETA 20 s"]
+    quiet = io.StringIO()
+    with TrialProgress(Console(file=quiet), 12, False, clock=lambda: now[0]) as bar:
+        now[0] += 2 * LOG_EVERY_S
+        bar.advance()
+    assert quiet.getvalue() == ""

@@ -115,13 +115,15 @@ def speculations(*, nextn: int = 2,
 
 
 def kv_transfers() -> st.SearchStrategy[KvTransferArgs | None]:
-    """No link (instant hand-off), or a cheap or costly one, slow or fast, either timing."""
+    """No link (instant hand-off), or a cheap or costly one, slow or fast, either timing,
+    shared by the transfers leaving a prefill worker, reaching a decode worker, or none."""
     return st.one_of(st.none(), st.builds(
         KvTransferArgs,
         bytes_per_token=st.sampled_from([1, 1_000_000]),
         bandwidth_gb_per_second=st.sampled_from([None, 1.0, 4.0, 250.0]),
         timing_mode=st.sampled_from(["full_prompt", "destination_missing"]),
         state_bytes=st.sampled_from([0, 500_000]),
+        sharing=st.sampled_from(["prefill_worker", "prefill_worker", "decode_worker", "none"]),
     ))
 
 

@@ -25,7 +25,7 @@ from servesim.engines.kernel.blocks import Lease, _Extent
 from servesim.engines.kernel.requests import RequestRecord
 from servesim.engines.vllm import AggregatedReplay, RankPass, RankScheduler
 from servesim.errors import ReplayError
-from servesim.payload import RoleArgs
+from servesim.payload import KvTransferArgs, RoleArgs
 from servesim.timing import make_timer
 
 from .conftest import ListWorkload, Sim
@@ -289,3 +289,38 @@ def test_the_cli_flag_turns_the_auditor_on(flag: bool, monkeypatch: pytest.Monke
     argv = ["replay", str(config), "--quiet", "-o", str(tmp_path / "r.json")]
     assert main([*argv, "--check-invariants"] if flag else argv) == 0
     assert seen == [flag]
+
+
+def _overlapping_transfers(sim: type[Sim], corrupt: Callable[[Any], None]) -> DisaggReplay:
+    """Two transfers on prefill worker 0's link: 32 ms alone each (32 tokens x 1e6 B at
+    1 GB/s), starting at 10 and 20 ms; ``corrupt(link)`` runs once the second started."""
+    prefill = sim.role(worker_type="prefill", max_sequences=1)
+    decode = sim.role(worker_type="decode")
+    specs = [sim.spec(i, 32, 2) for i in range(2)]
+    kv = KvTransferArgs(bytes_per_token=1_000_000, bandwidth_gb_per_second=1.0)
+
+    class Corrupted(DisaggReplay):
+        def _start_transfer(self, flight: Any) -> None:
+            super()._start_transfer(flight)
+            if flight.spec.request_id == 1:
+                corrupt(self.kv_links.busy[0])
+
+    return Corrupted(prefill, decode, kv, ListWorkload(specs), lambda r: None)
+
+
+def test_a_link_that_moves_more_than_its_bandwidth(sim: type[Sim]) -> None:
+    def corrupt(link: Any) -> None:
+        link.level += 1e6  # a megabyte from nowhere for each of the two transfers
+
+    assert _violation(_overlapping_transfers(sim, corrupt)) == (
+        "invariant 'link-bandwidth' violated on the KV link of prefill worker 0: 12000000 "
+        "bytes moved in 10 ms at 1 GB/s (10000000 bytes while busy)")
+
+
+def test_a_link_that_loses_bytes(sim: type[Sim]) -> None:
+    def corrupt(link: Any) -> None:
+        link.started += 1
+
+    assert _violation(_overlapping_transfers(sim, corrupt)) == (
+        "invariant 'link-bytes' violated on the KV link of prefill worker 0: 64000001 bytes "
+        "started, 0 sent and 64000000 in flight")

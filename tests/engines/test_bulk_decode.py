@@ -138,6 +138,33 @@ def test_bulk_decode_matches_the_stepwise_replay_disaggregated(data: st.DataObje
     step = _disaggregated(case, False)
     assert bulk[0] == step[0]
     event(f"bulk passes: {'none' if not bulk[1] else 'some'}")
+    contended = bulk[0][3].links.get("max_concurrent_kv_transfers", 0) > 1
+    event(f"transfers sharing a link: {'some' if contended else 'none'}")
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_bulk_decode_matches_the_stepwise_replay_with_contended_links(
+        data: st.DataObject) -> None:
+    """Slow shared links (a token's KV is 1 MB: 1 ms per token at 1 GB/s): transfers
+    overlap, and each start or end moves the others' completions while decode workers
+    advance in bulk."""
+    workload = data.draw(WORKLOADS)
+    room = longest(workload, ROOM)
+    backend = data.draw(BACKENDS)
+    kv = KvTransferArgs(bytes_per_token=1_000_000,
+                        bandwidth_gb_per_second=data.draw(st.sampled_from([1.0, 4.0])),
+                        timing_mode=data.draw(st.sampled_from(["full_prompt",
+                                                               "destination_missing"])),
+                        sharing=data.draw(st.sampled_from(["prefill_worker", "decode_worker"])))
+    case = (data.draw(bulk_roles("prefill", room, state=False, backend=backend)),
+            data.draw(bulk_roles("decode", room, state=False, backend=backend)), kv, workload)
+    bulk = _disaggregated(case, True)
+    step = _disaggregated(case, False)
+    assert bulk[0] == step[0]
+    contended = bulk[0][3].links["max_concurrent_kv_transfers"] > 1
+    event(f"transfers sharing a link: {'some' if contended else 'none'}")
+    event(f"bulk passes: {'none' if not bulk[1] else 'some'}")
 
 
 def test_the_bulk_advance_does_apply(sim: Any) -> None:

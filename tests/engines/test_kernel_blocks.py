@@ -286,3 +286,31 @@ def test_arbitrary_identities_such_as_state_ones_answer_one_by_one() -> None:
     assert pool.lookup(ids, 4) == lease[:1]
     assert pool.lookup(ids[2:], 2) == lease[2:]
     pool.check()
+
+
+def test_one_token_blocks_cost_per_run_not_per_block() -> None:
+    # SGLang's page size of one token: a 3-run prompt of 3,000 blocks is three pieces, a
+    # second request reusing its first 2,500 blocks shares them, and releasing both keeps
+    # every block findable, leaf first.
+    pool = BlockPool(8_000, 1)
+    prompt = make_prompt([Segment(1, 1_000), Segment(2, 1_000), Segment(3, 1_000)])
+    ids = BlockIds()
+    block_ids(prompt, 1, ids)
+    assert len(ids) == 3_000 and len(ids.ends) == 3
+    a = Lease()
+    assert pool.allocate(a, 3_000)
+    pool.publish(a, ids, 0, 3_000)
+    assert len(a.runs) == 1 and sum(len(p) for p in pool._index.values()) == 3
+    hits = pool.lookup(ids, 2_500)
+    assert len(hits) == 2_500 and len(hits.runs) == 1
+    b = Lease()
+    assert pool.allocate(b, 2_600, reuse=hits)
+    assert pool.num_active == 3_100
+    pool.release(a)  # blocks 2,500 .. 2,999 lose their last reference
+    assert (pool.num_active, pool.num_inactive) == (2_600, 500)
+    pool.release(b)  # its 100 own blocks were never published: they are freed
+    assert (pool.num_active, pool.num_inactive) == (0, 3_000)
+    assert pool.lookup(ids, 3_000) == list(range(3_000))
+    assert pool.allocate(Lease(), 8_000 - 3_000 + 10)  # evicts the last 10 blocks
+    assert len(pool.lookup(ids, 3_000)) == 2_990
+    pool.check()

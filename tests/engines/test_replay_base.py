@@ -69,6 +69,53 @@ def test_at_the_cutoff_live_requests_end_incomplete_without_later_tokens(
     assert run.counts == {"completed": 0, "rejected": 0, "incomplete": 2}
 
 
+def _spaced(sim: type[Sim], n: int) -> ListWorkload:
+    """``n`` requests a ms apart, each ending 2 ms after it arrives: about n instants."""
+    return ListWorkload([sim.spec(i, 8, 2, arrival=float(i)) for i in range(n)])
+
+
+def test_progress_gets_the_virtual_time_now_and_then_and_at_the_end(sim: type[Sim]) -> None:
+    times: list[float] = []
+    run = Ticker(_spaced(sim, 200), lambda record: None)
+    run.progress = times.append
+    run.run_loop()
+    assert len(times) >= 2 and times == sorted(times)
+    assert times[0] < 200.0 and times[-1] == run.now == 201.0
+
+
+def test_an_interrupt_reports_the_virtual_time_it_stopped_at(sim: type[Sim]) -> None:
+    """Ctrl-C in the middle of an instant: ``progress`` gets that instant's time before
+    the interrupt goes on, later than its last periodic call."""
+    times: list[float] = []
+
+    def sink(record: RequestRecord) -> None:
+        if record.request_id == 150:  # ends at 152 ms
+            raise KeyboardInterrupt
+
+    run = Ticker(_spaced(sim, 200), sink)
+    run.progress = times.append
+    with pytest.raises(KeyboardInterrupt):
+        run.run_loop()
+    assert times[-1] == run.now == 152.0
+    assert all(t < 152.0 for t in times[:-1]) and len(times) >= 2
+
+
+def test_an_interrupt_raised_by_the_progress_callback_is_reported_too(
+        sim: type[Sim]) -> None:
+    times: list[float] = []
+
+    def progress(now: float) -> None:
+        times.append(now)
+        if len(times) == 1:
+            raise KeyboardInterrupt
+
+    run = Ticker(_spaced(sim, 200), lambda record: None)
+    run.progress = progress
+    with pytest.raises(KeyboardInterrupt):
+        run.run_loop()
+    assert len(times) == 2 and 0.0 < times[0] == times[1] == run.now < 200.0
+
+
 def test_an_id_in_flight_twice_is_an_error(sim: type[Sim]) -> None:
     with pytest.raises(ReplayError) as info:
         _run(ListWorkload([sim.spec(0, 8, 4, arrival=0.0), sim.spec(0, 8, 4, arrival=1.0)]))

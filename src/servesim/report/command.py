@@ -16,9 +16,7 @@ from servesim.errors import Diagnostic, ServesimError
 from servesim.plugins.manager import EngineRegistry
 
 
-def add_parser(sub: Any) -> None:
-    r = sub.add_parser("report", help="write an HTML report of sweep/search results or of a "
-                       "replay (servesim[report])")
+def add_arguments(r: argparse.ArgumentParser) -> None:
     r.add_argument("input", help="a results file (.csv, .json, .parquet) or a replay's -o report")
     r.add_argument("-o", "--output", required=True, metavar="REPORT.html")
     r.add_argument("--requests", metavar="REQUESTS.jsonl",

@@ -18,11 +18,9 @@ from servesim.search.space import MAX_TRIALS, SAMPLERS, Space, grid_size, load_s
 EXIT_OK, EXIT_INTERRUPTED = 0, 130
 
 
-def add_parser(sub: Any) -> None:
+def add_arguments(s: argparse.ArgumentParser) -> None:
     from servesim.sweep.command import add_executor_options
 
-    s = sub.add_parser("search", help="find the deployment that maximises an objective under "
-                       "SLA constraints (servesim[search], Optuna)")
     s.add_argument("config", help="config file (TOML)")
     s.add_argument("--space", required=True, metavar="SPACE.toml",
                    help="parameters to vary, objectives, constraints, optional load search")
@@ -152,7 +150,7 @@ def run_search(args: argparse.Namespace, registry: EngineRegistry, out: Console,
     try:  # the workers start before the progress bar's thread
         with open_executor(base, executor=args.executor, jobs=min(jobs, space.trials),
                            address=args.address) as executor, \
-                TrialProgress(err, total, not args.quiet and err.is_terminal, "trials") as bar:
+                TrialProgress(err, total, not args.quiet, "trials", "search") as bar:
             for _ in range(done):
                 bar.advance()
             search(study, space, executor, trials=space.trials,

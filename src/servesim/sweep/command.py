@@ -41,9 +41,7 @@ def add_executor_options(p: argparse.ArgumentParser) -> None:
                    help="also write an HTML report of the results (servesim[report])")
 
 
-def add_parser(sub: Any) -> None:
-    s = sub.add_parser("sweep", help="replay every combination of config values; one row "
-                       "per point")
+def add_arguments(s: argparse.ArgumentParser) -> None:
     s.add_argument("config", help="config file (TOML)")
     s.add_argument("--set", action="append", default=[], metavar="KEY=V1,V2,...",
                    help="a config value, or several to sweep (repeatable)")
@@ -84,11 +82,10 @@ def collect(base: Base, tasks: Sequence[Task], args: argparse.Namespace,
     every task finished (False after Ctrl-C)."""
     jobs = check_jobs(args.jobs) if args.jobs is not None else default_jobs()
     rows: dict[int, dict[str, Any]] = {}
-    show = not args.quiet and err.is_terminal
     try:  # the workers start before the progress bar's thread
         with open_executor(base, executor=args.executor, jobs=min(jobs, max(1, len(tasks))),
                            address=args.address) as executor, \
-                TrialProgress(err, len(tasks), show) as bar:
+                TrialProgress(err, len(tasks), not args.quiet) as bar:
             for index, row in executor.run(tasks):
                 rows[index] = row
                 bar.advance()

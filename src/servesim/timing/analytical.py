@@ -692,6 +692,7 @@ class AnalyticalTimer:
         "_classes",
         "_curve_b1",
         "_curve_b16",
+        "_decode_fixed",
         "_expert_s",
         "_gemm_c",
         "_geo",
@@ -720,6 +721,8 @@ class AnalyticalTimer:
         c = constants
         g = geometry
         self._geo = g
+        # per decode batch size: the terms of a decode pass that depend on nothing else
+        self._decode_fixed: dict[int, tuple[float, float, float]] = {}
         # each kernel class's compute efficiency relative to bf16's
         gemm_curve = c.gemm_fp8_curve if g.gemm_kernel == "fp8" else c.gemm_curve
         self._gemm_c = gemm_curve.scaled(c.gemm_scale * c.quant_level.get(g.gemm_kernel, 1.0))
@@ -972,14 +975,15 @@ class AnalyticalTimer:
         if batch <= 0:
             return 0.0
         g = self._geo
-        o = self._over
         n = float(batch)
         # a verification forward computes every draft's position too: q tokens per request
         # through the GEMMs, q queries over a context each request's KV is read for once
         q = g.decode_queries
         tokens = n * q
-        gemm = self._gemm_s(tokens, tokens * g.attention_data) + self._lm_head_s(tokens)
-        comm = self._comm_s(tokens, latency=True)
+        terms = self._decode_fixed.get(batch)
+        if terms is None:
+            terms = self._decode_fixed[batch] = self._decode_batch_terms(n, tokens)
+        gemm, comm, fixed = terms
         full, sliding, linear = self._mixers
         attn = 0.0
         kv_eff = self.constants.kv_scale
@@ -1007,8 +1011,16 @@ class AnalyticalTimer:
             flops = tokens * g.linear_flops_per_token
             attn += linear * max(flops / (g.attn_peak * self._lin_c),
                                  self._mem_s(2.0 * n * g.state_bytes))
-        fixed = o.step_ms * 1e-3 + self._layers_s + n * o.decode_req_us * 1e-6
         return (gemm + comm + attn + fixed) * 1e3
+
+    def _decode_batch_terms(self, n: float, tokens: float) -> tuple[float, float, float]:
+        """GEMMs, communication and fixed overheads of a decode pass of ``n`` requests
+        (``tokens`` through the GEMMs): they depend on the batch alone."""
+        g, o = self._geo, self._over
+        gemm = self._gemm_s(tokens, tokens * g.attention_data) + self._lm_head_s(tokens)
+        comm = self._comm_s(tokens, latency=True)
+        fixed = o.step_ms * 1e-3 + self._layers_s + n * o.decode_req_us * 1e-6
+        return gemm, comm, fixed
 
 
 # ---------------------------------------------------------------------------------------------

@@ -267,6 +267,11 @@ class KvTransfer:
     timing_mode: Literal["destination_missing", "full_prompt"] | None = key(
         "which tokens a transfer sends: those the decode rank lacks, or the whole prompt",
         default="destination_missing", examples=["full_prompt"])
+    sharing: Literal["prefill_worker", "decode_worker", "none"] | None = key(
+        "which transfers share one link's bandwidth (equally, recomputed as each starts or "
+        "ends): those leaving one prefill worker, those reaching one decode worker, or none "
+        "(each transfer has the whole bandwidth)", default="prefill_worker",
+        examples=["decode_worker"])
 
 
 @attrs.frozen

@@ -686,9 +686,11 @@ def _kv_transfer(rec: _Recorder, e: Engine, roles: dict[str, RoleArgs]) -> KvTra
     rec.pick((*path, "bandwidth_gb_per_second"), bandwidth, None, "no transfer delay")
     mode: Literal["destination_missing", "full_prompt"] = rec.take(path, kt or KvTransfer(),
                                                                    "timing_mode")
+    sharing: Literal["prefill_worker", "decode_worker", "none"] = rec.take(
+        path, kt or KvTransfer(), "sharing")
     state_bytes = prefill.state_cache.bytes_per_request if prefill.state_cache else 0
     return KvTransferArgs(bytes_per_token=bpt, bandwidth_gb_per_second=bandwidth,
-                          timing_mode=mode, state_bytes=state_bytes)
+                          timing_mode=mode, state_bytes=state_bytes, sharing=sharing)
 
 
 def _workload(rec: _Recorder, t: Traffic | None, base_dir: PathLike | None) -> WorkloadSpec:

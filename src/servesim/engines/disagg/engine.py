@@ -10,9 +10,11 @@ One request's path, all in virtual milliseconds:
    reserves the prompt's blocks (reusing prefix blocks already resident there); a
    reservation that does not fit waits and is retried, in order, whenever that rank
    finishes a pass; a prompt the decode side can never hold is rejected there and then;
-3. once reserved, the KV transfer takes ``(tokens * bytes_per_token + state_bytes) /
-   bandwidth`` (tokens = full prompt or only the destination's missing tokens); on
-   completion the source is released and the destination activated;
+3. once reserved, the KV transfer sends ``tokens * bytes_per_token + state_bytes`` (tokens
+   = full prompt or only the destination's missing tokens) over its link, whose bandwidth
+   the transfers on it share (:mod:`servesim.engines.disagg.transfer`: alone it takes
+   ``bytes / bandwidth``); on completion the source is released and the destination
+   activated;
 4. the decode rank admits the materialized request with no prefill work; its first
    decode pass emits output token 1, and it produces every output token.
 
@@ -51,8 +53,8 @@ from servesim import backends
 from servesim.backends import Backend
 from servesim.engines.base import Engine, ReplayResult
 from servesim.engines.disagg.ranks import DecodeRank, DestinationRejected, PrefillRank
-from servesim.engines.disagg.transfer import transfer_delay_ms
-from servesim.engines.kernel.events import PHASE_TRANSFER
+from servesim.engines.disagg.transfer import KvLinks, transfer_bytes
+from servesim.engines.kernel.links import SharedLink, Transfer
 from servesim.engines.kernel.passes import PassEnd, PassReplay, PassWorker
 from servesim.engines.kernel.rank import Seq
 from servesim.engines.kernel.requests import (
@@ -85,6 +87,7 @@ class DisaggStats:
     prefill_busy_ms: tuple[float, ...]
     decode_busy_ms: tuple[float, ...]
     speculation: dict[str, Any] = field(default_factory=dict)  # acceptance statistics
+    links: dict[str, Any] = field(default_factory=dict)  # the report's transfer figures
 
     @property
     def prefill_worker_seconds(self) -> float:
@@ -119,12 +122,6 @@ class Flight:
     dest: SeqState | None = None  # reserved / materialized / running on the decode rank
     decode_worker: PoolWorker | None = None
     decode_rank: DecodeRank | None = None
-    transfer_ms: float = 0.0
-
-
-@dataclass(slots=True, eq=False)
-class _TransferDone:
-    flight: Flight
 
 
 def _scratch(spec: RequestSpec) -> RequestRecord:
@@ -185,12 +182,16 @@ class DisaggReplay(PassReplay[PoolWorker]):
         self.destination_first = (policy or backends.policy_of(decode.backend)
                                   ).destination_first
         self.transfers = 0
-        self.transfer_ms = 0.0
+        self.kv_links = KvLinks(self.events, kv_transfer)
         self._all_workers = [*self.prefill_workers, *self.decode_workers]
 
     @property
     def workers(self) -> Sequence[PoolWorker]:
         return self._all_workers
+
+    def shared_links(self) -> list[tuple[str, SharedLink]]:
+        """The KV links in use, each with what it is (read by the invariant auditor)."""
+        return self.kv_links.labelled()
 
     # -- main loop ------------------------------------------------------------------------
 
@@ -199,17 +200,18 @@ class DisaggReplay(PassReplay[PoolWorker]):
         return DisaggStats(
             **self.totals(),
             transfers=self.transfers,
-            transfer_ms=self.transfer_ms,
+            transfer_ms=sum(self.kv_links.durations),
             prefill_busy_ms=tuple(w.busy_ms for w in self.prefill_workers),
             decode_busy_ms=tuple(w.busy_ms for w in self.decode_workers),
             speculation=self.speculation_report(),
+            links=self.kv_links.report(),
         )
 
     def _dispatch(self, item: Any) -> None:
         if isinstance(item, PassEnd):
             self._end_pass(item.worker)
-        elif isinstance(item, _TransferDone):
-            self._complete_transfer(item.flight)
+        elif isinstance(item, Transfer):
+            item.link.finish(item, self.now)
         else:
             self._arrive(item)
 
@@ -392,20 +394,17 @@ class DisaggReplay(PassReplay[PoolWorker]):
         dest, rank = flight.dest, flight.decode_rank
         assert dest is not None and rank is not None
         missing = dest.prompt_len - rank.resident_tokens(dest)
-        delay = transfer_delay_ms(self.kv_transfer, dest.prompt_len, missing)
-        flight.transfer_ms = delay
+        nbytes = transfer_bytes(self.kv_transfer, dest.prompt_len, missing)
         flight.record.kv_transfer_start_ms = self.now
-        if delay > 0.0:
-            self.events.push(self.now + delay, PHASE_TRANSFER, flight.spec.request_id,
-                             _TransferDone(flight))
-        else:
-            self._complete_transfer(flight)
+        assert flight.decode_worker is not None
+        self.kv_links.start(self.now, flight.spec.request_id,
+                            (flight.prefill_worker.index, flight.decode_worker.index), nbytes,
+                            lambda: self._complete_transfer(flight))
 
     def _complete_transfer(self, flight: Flight) -> None:
         assert flight.dest is not None and flight.decode_rank is not None
         assert flight.decode_worker is not None
         self.transfers += 1
-        self.transfer_ms += flight.transfer_ms
         flight.record.kv_transfer_end_ms = self.now
         released = flight.prefill_rank.release_source(flight.source)
         assert released, "a source was released twice"
@@ -502,8 +501,5 @@ def replay_payload_roles(payload: Payload, workload: Workload, sink: Sink, *,
                      "decode": d_s * decode.gpus_per_worker},
         passes=stats.passes,
         extra={"prefill_worker_seconds": p_s, "decode_worker_seconds": d_s,
-               "kv_transfers": stats.transfers,
-               "mean_kv_transfer_ms": (stats.transfer_ms / stats.transfers
-                                       if stats.transfers else 0.0),
-               **stats.speculation},
+               **stats.links, **stats.speculation},
     )

@@ -16,8 +16,12 @@ requests. Everything here only *reads* scheduler and pool state.
   environment; the test suite turns it on). At every instant it checks, for every rank:
   block reference counts equal the leases the rank's requests hold, pool totals add up,
   no request sits in two queues or on two ranks of a pool, queue membership matches the
-  request status, and every live request is somewhere; for the run: virtual time never
-  goes back and every request reaches the sink exactly once with a consistent record.
+  request status, and every live request is somewhere; for every link in use (a P/D
+  run's KV links, :mod:`servesim.engines.kernel.links`): its bytes are conserved (started
+  = sent + those of its active transfers, each with between 0 and all of its bytes left,
+  for a live request), and since the last instant it moved exactly its bandwidth's worth
+  while busy (never more); for the run: virtual time never goes back and every request
+  reaches the sink exactly once with a consistent record.
   A violation raises a ReplayError with code ``invariant-violated`` naming the
   invariant, the rank and the request.
 """
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -34,6 +39,7 @@ from typing import Any
 
 from servesim import codes
 from servesim.engines.kernel.blocks import BlockPool
+from servesim.engines.kernel.links import SharedLink
 from servesim.engines.kernel.rank import FINISHED, RUNNING, WAITING
 from servesim.engines.kernel.requests import RequestRecord
 from servesim.errors import Diagnostic, ReplayError
@@ -203,6 +209,54 @@ def audit_rank(rank: Any, where: str, live: set[int] | None = None) -> dict[int,
     return located
 
 
+def _links(replay: Any) -> list[tuple[str, SharedLink]]:
+    """The links in use (``shared_links()`` of a replay that has links), with labels."""
+    shared = getattr(replay, "shared_links", None)
+    return shared() if shared is not None else []
+
+
+# The rounding a link's byte counts may carry, relative to the bytes it started; its
+# event times are rounded to the clock's last place too (a few units of it at the rate).
+LINK_ROUNDING = 1e-9
+
+# A link as the auditor saw it at the last instant: (link, then, bytes moved, busy).
+LinkSeen = tuple[SharedLink, float, float, bool]
+
+
+def audit_link(link: SharedLink, where: str, now: float, live: set[int],
+               before: LinkSeen | None) -> LinkSeen:
+    """One link at ``now``: bytes conserved, every active transfer part-sent and live, and
+    the bytes moved since ``before`` (the same link at the last instant) equal to the
+    bandwidth's worth if it was busy then, never more. Returns what it saw."""
+    in_flight = 0
+    rate = link.bandwidth * 1e6  # bytes per ms
+    slack = LINK_ROUNDING * max(link.started, 1) + 4 * math.ulp(now) * rate
+    level = link.level_at(now)
+    for t in link.active:
+        left = t.tag - level
+        if not -slack <= left <= t.nbytes + slack or t.entry is None:
+            raise violation("link-bytes", where, f"{left} of {t.nbytes} bytes left"
+                            f"{'' if t.entry is not None else ', with no completion event'}",
+                            t.key)
+        if t.key not in live:
+            raise violation("link-bytes", where, "a transfer for a request no longer live",
+                            t.key)
+        in_flight += t.nbytes
+    if link.started != link.sent + in_flight:
+        raise violation("link-bytes", where, f"{link.started} bytes started, {link.sent} "
+                        f"sent and {in_flight} in flight")
+    moved = link.moved(now)
+    if before is not None:
+        _, then, moved_then, busy = before
+        capacity = (now - then) * rate
+        delta = moved - moved_then
+        if delta > capacity + slack or (busy and delta < capacity - slack):
+            raise violation("link-bandwidth", where, f"{delta:.17g} bytes moved in "
+                            f"{now - then:.17g} ms at {link.bandwidth:g} GB/s "
+                            f"({capacity:.17g} bytes{' while busy' if busy else ' at most'})")
+    return link, now, moved, bool(link.active)
+
+
 class ReplayGuard:
     """Watchdog (always) and auditor (when enabled) of one replay loop object."""
 
@@ -215,6 +269,7 @@ class ReplayGuard:
         self._power = 1
         self._lam = 0
         self.terminal: set[int] = set()
+        self.links: dict[int, LinkSeen] = {}  # the links in use at the last instant, by id
         if audit:
             inner: Callable[[RequestRecord], None] = replay.sink
             replay.sink = lambda record: self._sink(inner, record)
@@ -268,6 +323,8 @@ class ReplayGuard:
         for where, rank, _, touched in ranks:
             if touched:
                 audit_rank(rank, where, live)
+        if now is not None:
+            self._check_links(now, live)
         somewhere = {rid for ids in located.values() for rid in ids}
         somewhere |= _in_passes(replay) | _in_handoff(replay)
         lost = live - somewhere
@@ -275,6 +332,14 @@ class ReplayGuard:
             rid = min(lost)
             raise violation("request-located", "the event loop", "live but in no queue, pass "
                             "or handoff", rid)
+
+    def _check_links(self, now: float, live: set[int]) -> None:
+        seen: dict[int, LinkSeen] = {}
+        for where, link in _links(self.replay):
+            if not link.active:
+                raise violation("link-bytes", where, "in use with no active transfer")
+            seen[id(link)] = audit_link(link, where, now, live, self.links.get(id(link)))
+        self.links = seen
 
     def _sink(self, inner: Callable[[RequestRecord], None], record: RequestRecord) -> None:
         rid = record.request_id

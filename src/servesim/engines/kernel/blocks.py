@@ -170,6 +170,8 @@ class Lease:
     def head(self, count: int) -> Lease:
         """A new lease of the first ``count`` blocks (the same blocks, not referenced)."""
         out = Lease()
+        if count <= 0:
+            return out
         for ext, lo, hi in self.runs:
             if out.size + hi - lo >= count:
                 out.append(ext, lo, lo + count - out.size)
@@ -693,22 +695,18 @@ class BlockPool:
     def _settle(self, ext: _Extent, lo: int, hi: int, released: list[_Released]) -> int:
         """Blocks ``lo .. hi - 1`` of ``ext`` lost their last reference: named ones become
         inactive (new release runs, top down, appended to ``released``), anonymous ones
-        retire. Returns how many became inactive."""
+        retire. Returns how many became inactive. Walks pieces and anonymous stretches,
+        not blocks."""
         named_of = ext.piece
-        unnamed = named_of[lo:hi].count(None)
-        if unnamed == hi - lo:
-            self._retire(ext, unnamed)
-            return 0
-        if unnamed:
-            self._retire(ext, unnamed)
-        cached = 0
+        cached = retired = 0
         top = hi
-        while top > lo:  # alternate stretches, top down: anonymous (retired) or named
+        while top > lo:
             piece = named_of[top - 1]
             if piece is None:
                 bottom = _same_from(named_of, None, lo, top)
+                retired += top - bottom
             else:
-                bottom = max(piece.lo, lo)
+                bottom = piece.lo if piece.lo > lo else lo
                 cached += top - bottom
                 last = released[-1] if released else None
                 if last is not None and last.ext is ext and last.lo == top:
@@ -718,6 +716,8 @@ class BlockPool:
                     released.append(last)
                 ext.stamp[bottom:top] = [last] * (top - bottom)
             top = bottom
+        if retired:
+            self._retire(ext, retired)
         return cached
 
     # -- invariants -------------------------------------------------------------------

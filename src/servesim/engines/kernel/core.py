@@ -14,6 +14,7 @@ instant; :attr:`EventLoop.event_order` tells a handler where in the instant it r
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
@@ -26,8 +27,11 @@ from servesim.errors import Diagnostic, ReplayError
 
 Sink = Callable[[RequestRecord], None]
 
-# Report progress every this many loop iterations (and once at the end).
-PROGRESS_EVERY = 4096
+# ``progress`` (when given) is called at most every PROGRESS_INTERVAL_S of wall time, looked
+# at every PROGRESS_EVERY loop iterations; once at the end, and on an interrupt with the
+# virtual time reached.
+PROGRESS_EVERY = 64
+PROGRESS_INTERVAL_S = 0.5
 # ``EventLoop.event_order`` while the first round of events of an instant settles, and in
 # the later rounds at the same instant (events pushed by that settling).
 AFTER_EVENTS = (PHASE_ARRIVAL + 1, 0)
@@ -59,6 +63,7 @@ class EventLoop:
         self.workload = workload
         self.sink = sink
         self.progress = progress
+        self._progress_due = 0.0  # (time.monotonic) the next progress call, at the earliest
         self.events: EventQueue[Any] = EventQueue()
         self.now = 0.0
         self._lookahead: RequestSpec | None = None
@@ -91,6 +96,16 @@ class EventLoop:
 
     def run_loop(self) -> None:
         """Process events in order until none is left or the cutoff is passed."""
+        try:
+            self._run_events()
+        except KeyboardInterrupt:  # Ctrl-C or a timeout: the caller learns where it stopped
+            if self.progress is not None:
+                self.progress(self.now)
+            raise
+        if self.progress is not None:
+            self.progress(self.now)
+
+    def _run_events(self) -> None:
         events = self.events
         cutoff = self.workload.max_time_ms
         arrivals: Iterator[RequestSpec] = iter(self.workload.start())
@@ -129,11 +144,17 @@ class EventLoop:
             settled = t
             guard.instant(self.now)
             iterations += 1
-            if self.progress is not None and iterations % PROGRESS_EVERY == 0:
-                self.progress(self.now)
+            if iterations % PROGRESS_EVERY == 0 and self.progress is not None:
+                self._report_progress()
         self._flush_incomplete()
         guard.finish()
-        if self.progress is not None:
+
+    def _report_progress(self) -> None:
+        """Call ``progress`` with the virtual time, unless it was called less than
+        PROGRESS_INTERVAL_S ago."""
+        clock = time.monotonic()
+        if clock >= self._progress_due and self.progress is not None:
+            self._progress_due = clock + PROGRESS_INTERVAL_S
             self.progress(self.now)
 
     def _release(self, spec: RequestSpec, time_ms: float) -> None:
