@@ -257,13 +257,6 @@ def trace_path(case: Case, tmp: Path, requests: int) -> Path | None:
 
 # --- the child processes -------------------------------------------------------------------
 
-def compiled_kernel() -> bool:
-    """Whether the replay kernel is the mypyc build (SERVESIM_MYPYC=1, see setup.py)."""
-    from servesim.engines.ranks import scheduler
-
-    return not scheduler.__file__.endswith(".py")
-
-
 SUMMARY_KEYS = ("num_requests", "completed_requests", "total_output_tokens", "duration_ms",
                 "mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "output_throughput_tok_s")
 
@@ -542,8 +535,9 @@ def main() -> None:
     if missing is not None:
         args.mocker_python = None
     if not args.json:
-        print(f"replay kernel: {'compiled (mypyc)' if compiled_kernel() else 'pure Python'}; "
-              f"whole processes, best of {args.repeat}")
+        from servesim.build_info import build
+
+        print(f"servesim: {build()}; whole processes, best of {args.repeat}")
         print(f"mocker: {missing or args.mocker_python}")
         print(HEADER)
     for name in args.case or DEFAULT_CASES:
