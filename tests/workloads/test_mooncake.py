@@ -410,7 +410,8 @@ def test_validate_trace_reports_every_bad_line(write_trace: WriteTrace) -> None:
     assert validate_trace(path, display="t.jsonl", max_diagnostics=1) == found[:1]
 
 
-@pytest.mark.parametrize("name", ["poisson_1k.jsonl", "mooncake_conversation.jsonl"])
+@pytest.mark.parametrize("name", ["poisson_1k.jsonl", "mooncake_conversation.jsonl",
+                                  "mooncake_synthetic.jsonl"])
 def test_shipped_traces_are_valid(name: str) -> None:
     path = REPO / "bench" / "traces" / name
     assert validate_trace(path, "mooncake", 512, require_timestamps=True, display=name) == []
