@@ -81,9 +81,9 @@ class _Extent:
             self.piece.append(None)
             self.stamp.append(None)
         else:
-            self.ref += [1] * count
-            self.piece += [None] * count
-            self.stamp += [None] * count
+            self.ref.extend(repeat(1, count))
+            self.piece.extend(repeat(None, count))
+            self.stamp.extend(repeat(None, count))
         self.live += count
         lease.append(self, lo, lo + count)
 
@@ -638,6 +638,10 @@ class BlockPool:
         ext.live -= count
         if not ext.live:
             del self._extents[ext.key]
+            # (its pieces and release runs point back at it: freed now, not by the cycle
+            # collector)
+            ext.piece.clear()
+            ext.stamp.clear()
 
     def fits(self, fresh: int, reuse: Lease | None = None) -> bool:
         """Whether ``fresh`` new blocks can be taken after referencing ``reuse``.
