@@ -81,9 +81,9 @@ class _Extent:
             self.piece.append(None)
             self.stamp.append(None)
         else:
-            self.ref.extend(repeat(1, count))
-            self.piece.extend(repeat(None, count))
-            self.stamp.extend(repeat(None, count))
+            self.ref += [1] * count
+            self.piece += [None] * count
+            self.stamp += [None] * count
         self.live += count
         lease.append(self, lo, lo + count)
 
