@@ -566,9 +566,19 @@ class BlockPool:
         """``inactive`` of blocks ``lo .. hi - 1`` become active: they leave their
         release runs."""
         stamp = ext.stamp
-        for run, count in Counter(stamp[lo:hi]).items():
-            if run is not None:
-                run.stale += count
+        o = lo
+        if inactive == hi - lo:  # all inactive: by release runs while none has gone stale
+            while o < hi:
+                run = stamp[o]
+                if run is None or run.stale:
+                    break
+                end = run.hi if run.hi < hi else hi
+                run.stale += end - o
+                o = end
+        if o < hi:
+            for run, count in Counter(stamp[o:hi]).items():
+                if run is not None:
+                    run.stale += count
         stamp[lo:hi] = [None] * (hi - lo)
         self._num_inactive -= inactive
         self._num_active += inactive
