@@ -382,13 +382,23 @@ class BlockPool:
         ids = _ids(identities)
         out = Lease()
         index = self._index
-        for base, first, lo, hi in ids.runs(0, min(max_blocks, len(ids))):
-            off = first - base
+        limit = min(max_blocks, len(ids))
+        bases, firsts, ends = ids.bases, ids.firsts, ids.ends
+        lo = 0
+        for r in range(len(ends)):
+            if lo >= limit:
+                break
+            hi = ends[r] if ends[r] < limit else limit
+            base = bases[r]
+            off = firsts[r] - base
             want = hi - lo
+            lo = hi
             pieces = index.get(base)
+            if pieces is None:
+                return out
             while want:
-                piece = _covering(pieces, off)
-                if piece is None:
+                piece = pieces[0] if len(pieces) == 1 else _covering(pieces, off)
+                if piece is None or not piece.off <= off < piece.off + piece.hi - piece.lo:
                     return out
                 start = piece.lo + off - piece.off
                 take = min(want, piece.hi - start)
@@ -459,8 +469,12 @@ class BlockPool:
         """Blocks ``lo ..`` of ``ext`` answer offsets ``off .. off + count - 1`` of run
         ``base``, except offsets another block answers (or the block already does)."""
         pieces = self._index.get(base)
-        if pieces is None:
-            pieces = self._index[base] = []
+        if pieces is None:  # a run nothing answers yet: the blocks are one new piece
+            if ext.piece[lo:lo + count].count(None) == count:
+                piece = _Piece(ext, lo, lo + count, base, off)
+                self._index[base] = [piece]
+                ext.piece[lo:lo + count] = [piece] * count
+            return
         end = off + count
         free = [(off, end)]
         for piece in pieces:  # offsets other pieces answer stay with them
