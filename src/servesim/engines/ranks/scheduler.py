@@ -339,7 +339,7 @@ class RankScheduler:
             if extend and c >= seq.prompt_len and c + 1 >= seq.prompt_len + seq.generated:
                 continue  # a decoding request waits out an extend pass
             if fast and c + 1 == seq.prompt_len + seq.generated and c >= seq.prompt_len and (
-                c < len(seq.lease) * bs
+                c < seq.lease.size * bs
             ) and (stateless or _plain_write(seq.state)):
                 # Fast path for the common case, equivalent to _schedule: a decode step
                 # (one dangling token, prompt done) whose token fits the lease's last block
@@ -565,7 +565,7 @@ class RankScheduler:
         def opens_block(seq: SeqState) -> bool:
             c = seq.num_computed
             return c >= seq.prompt_len and c + 1 == seq.prompt_len + seq.generated and (
-                c == len(seq.lease) * bs)
+                c == seq.lease.size * bs)
 
         needed = sum(map(opens_block, running))
         retracted = False
@@ -584,7 +584,7 @@ class RankScheduler:
     def _promised(self) -> int:
         """Blocks the admitted requests may still take before they complete (no-evict)."""
         bs = self.block_size
-        return sum(-(-seq.stop_len // bs) - len(seq.lease) for seq in self._admitted())
+        return sum(-(-seq.stop_len // bs) - seq.lease.size for seq in self._admitted())
 
     def _admitted(self) -> Iterable[SeqState]:
         """The requests this rank has taken on (holding blocks or promised some)."""
@@ -593,7 +593,7 @@ class RankScheduler:
     def _steady_crossings(self) -> list[int]:
         """Per running request, the first steady step that needs a new block."""
         bs = self.block_size
-        return [len(seq.lease) * bs - seq.num_computed + 1 for seq in self.running]
+        return [seq.lease.size * bs - seq.num_computed + 1 for seq in self.running]
 
     def steady_block_limit(self, steps: int) -> int:
         """The most steady steps (at most ``steps``) whose block allocations all succeed.
@@ -656,7 +656,7 @@ class RankScheduler:
                 end = c0 + j
                 seq.num_computed = end
                 if kind == 0:
-                    ok = pool.allocate(seq.lease, len(seq.lease) + 1)
+                    ok = pool.allocate(seq.lease, seq.lease.size + 1)
                     assert ok, "a steady block crossing failed to allocate"
                 if caching:
                     self._publish(seq, end // bs)
@@ -865,7 +865,7 @@ class RankScheduler:
         assert state is not None and rs is not None
         while True:
             extra, preserve = state.write_cost(rs, peak_blocks) if writes else (0, False)
-            fresh = target_blocks - len(seq.lease) - len(reuse)
+            fresh = target_blocks - seq.lease.size - len(reuse)
             fits = pool.fits(max(fresh, 0) + extra, reuse)
             if not fits and preserve and not self.lifo and pool.fits(max(fresh, 0), reuse):
                 # FIFO retracts the oldest request, often the requester itself: there the
@@ -908,7 +908,7 @@ class RankScheduler:
             tokens = min(length + widest, seq.stop_len - 1)
             target = -(-tokens // bs)
             lease = seq.lease
-            while len(lease) < target and not pool.allocate(lease, target):
+            while lease.size < target and not pool.allocate(lease, target):
                 victim = self._victim(lifo=True)
                 self._preempt(victim)
                 if victim is seq:
