@@ -185,6 +185,12 @@ def host_offload(r: RoleArgs, path: Path,
     if r.host_offload is None:
         return
     hp = (*path, "kv_cache", "host_offload")
+    backend = known.get(r.backend)
+    if backend is not None and (backend.no_evict or backend.separate_prefill):
+        takers = _takers(lambda b: not (b.no_evict or b.separate_prefill), known)
+        yield error(codes.HOST_OFFLOAD_CONFLICT, hp,
+                    f"host_offload requires {takers or 'another backend'}, got "
+                    f"backend={r.backend}")
     if not r.prefix_caching:
         yield error(codes.HOST_OFFLOAD_CONFLICT, hp,
                     "host_offload requires prefix_caching = true: the host tier holds "

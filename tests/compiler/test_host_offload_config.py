@@ -130,3 +130,27 @@ def test_the_payload_check_applies_the_same_rules() -> None:
     rendered = sorted(d.render().split(" [")[0] for d in check_payload(bad))
     assert any(r.startswith(f"{KV}.host_offload.capacity_blocks: ") for r in rendered)
     assert any("requires prefix_caching = true" in r for r in rendered)
+
+
+@pytest.mark.parametrize("backend", ["sglang", "trtllm"])
+def test_host_offload_needs_a_vllm_style_scheduler(backend: str) -> None:
+    assert errors(BASE.replace('hardware = "h100_sxm"\n', f'hardware = "h100_sxm"\nbackend = '
+                               f'"{backend}"\n') + "host_offload = { capacity_blocks = 4 }\n") == [
+        f"{KV}.host_offload: host_offload requires backend=vllm, got backend={backend} "
+        "[host-offload-conflict]"]
+
+
+def test_a_disaggregated_role_takes_its_own_host_tier() -> None:
+    text = """
+[engine]
+mode = "disaggregated"
+model = "Qwen/Qwen3-32B"
+hardware = "h100_sxm"
+[engine.workers.prefill.kv_cache]
+host_offload = { capacity_blocks = 100, bandwidth_gb_per_second = 32 }
+[engine.workers.decode]
+"""
+    roles = compile_ok(text).roles
+    assert roles["prefill"].host_offload == HostOffloadArgs(capacity_blocks=100,
+                                                            bandwidth_gb_per_second=32.0)
+    assert roles["decode"].host_offload is None

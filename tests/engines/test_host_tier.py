@@ -115,7 +115,7 @@ def test_the_tier_writes_back_on_flush_and_stores_on_arrival() -> None:
                     1_000_000, events, lambda: now[0], lambda: woken.append(True))
     tier.evicted(100, 0, 2)
     tier.evicted(200, 0, 1)
-    tier.flush(key=0)
+    tier.flush()
     assert tier.pool.size == 0  # not there before the copy arrives
     t, _, transfer = events.pop()
     assert t == 3.0  # 3 blocks of 1 MB at 1 GB/s

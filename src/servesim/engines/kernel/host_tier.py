@@ -28,13 +28,16 @@ operation costs O(runs touched), never O(blocks).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from servesim.engines.kernel.events import EventQueue
 from servesim.engines.kernel.links import SharedLink, Transfer
 from servesim.engines.kernel.tokens import BlockIds
 from servesim.payload import HostOffloadArgs, RoleArgs
+
+# The event key of write-back transfers (a load's is its request id).
+WRITE_BACK_KEY = -1
 
 
 class _Run:
@@ -67,6 +70,10 @@ class HostPool:
         base, off = identity
         return _covering(self._index.get(base), off) is not None
 
+    def spans(self, base: int) -> list[tuple[int, int]]:
+        """The offset intervals of run ``base`` held."""
+        return [(run.lo, run.hi) for run in self._index.get(base, ())]
+
     def store(self, base: int, lo: int, hi: int) -> None:
         """Hold offsets ``lo .. hi - 1`` of run ``base``, the most recently used blocks:
         the part already held is refreshed, the rest stored after evicting as many of the
@@ -78,9 +85,7 @@ class HostPool:
             for run in runs:
                 if run.lo < hi and lo < run.hi:
                     self._touch(run)
-                    gaps = [(a, b) for g_lo, g_hi in gaps
-                            for a, b in ((g_lo, min(g_hi, run.lo)), (max(g_lo, run.hi), g_hi))
-                            if a < b]
+                    gaps = _minus(gaps, run.lo, run.hi)
         for a, b in gaps:
             b = min(b, a + self.capacity)
             self._make_room(b - a)
@@ -91,6 +96,13 @@ class HostPool:
             runs.append(run)
             self._lru[run] = None
             self.size += b - a
+
+    def store_held(self, base: int, lo: int, hi: int) -> None:
+        """Offsets ``lo .. hi - 1`` of run ``base`` were used again: the runs holding any
+        of them become the most recently used."""
+        for run in self._index.get(base, ()):
+            if run.lo < hi and lo < run.hi:
+                self._touch(run)
 
     def match(self, ids: BlockIds, start: int, stop: int) -> int:
         """How many of the blocks at positions ``start .. stop - 1`` of ``ids`` are held
@@ -159,6 +171,12 @@ class HostPool:
                 f"{self.capacity}"
 
 
+def _minus(spans: list[tuple[int, int]], lo: int, hi: int) -> list[tuple[int, int]]:
+    """``spans`` without the offsets ``lo .. hi - 1``."""
+    return [(a, b) for s_lo, s_hi in spans
+            for a, b in ((s_lo, min(s_hi, lo)), (max(s_lo, hi), s_hi)) if a < b]
+
+
 def _covering(runs: list[_Run] | None, off: int) -> _Run | None:
     """The run holding offset ``off``, if any."""
     if runs:
@@ -177,6 +195,7 @@ class HostTier:
 
     __slots__ = (
         "_pending",
+        "_sending",
         "admitted_tokens",
         "block_bytes",
         "clock",
@@ -200,6 +219,7 @@ class HostTier:
         self.clock = clock
         self.wake = wake
         self._pending: list[tuple[int, int, int]] = []  # evicted runs not yet sent
+        self._sending: dict[int, list[tuple[int, int]]] = {}  # base -> spans being sent
         self.loads = 0
         self.loaded_blocks = 0
         self.load_ms = 0.0
@@ -223,19 +243,38 @@ class HostTier:
         """The GPU pool evicted offsets ``lo .. hi - 1`` of run ``base`` (its hook)."""
         self._pending.append((base, lo, hi))
 
-    def flush(self, key: int) -> None:
-        """Start writing back what was evicted since the last flush, as one transfer."""
+    def flush(self) -> None:
+        """Start writing back what was evicted since the last flush, as one transfer: the
+        blocks host memory lacks (those it holds become its most recently used; those
+        on their way there are not sent twice)."""
         if not self._pending:
             return
-        runs, self._pending = self._pending, []
+        pending, self._pending = self._pending, []
+        runs: list[tuple[int, int, int]] = []
+        sending = self._sending
+        for base, lo, hi in pending:
+            gaps = [(lo, hi)]
+            for a, b in (*self.pool.spans(base), *sending.get(base, ())):
+                gaps = _minus(gaps, a, b)
+            self.pool.store_held(base, lo, hi)
+            for a, b in gaps:
+                runs.append((base, a, b))
+                sending.setdefault(base, []).append((a, b))
+        if not runs:
+            return
         blocks = sum(hi - lo for _, lo, hi in runs)
-        self.link.start(self.clock(), key, blocks * self.block_bytes,
+        self.link.start(self.clock(), WRITE_BACK_KEY, blocks * self.block_bytes,
                         lambda transfer: self._stored(runs, blocks, transfer))
 
     def _stored(self, runs: list[tuple[int, int, int]], blocks: int,
                 transfer: Transfer) -> None:
+        sending = self._sending
         for base, lo, hi in runs:
             self.pool.store(base, lo, hi)
+            spans = sending[base]
+            spans.remove((lo, hi))
+            if not spans:
+                del sending[base]
         self.written_back_blocks += blocks
         self.write_back_ms += transfer.duration_ms
 
@@ -283,3 +322,11 @@ def host_report(tiers: list[HostTier]) -> dict[str, Any]:
         "g2_write_back_ms_total": sum(t.write_back_ms for t in tiers),
         "g2_host_evicted_blocks": sum(t.pool.evicted for t in tiers),
     }
+
+
+def host_links(workers: Iterable[Any]) -> list[tuple[str, SharedLink]]:
+    """The host links in use among ``workers``' ranks, labelled (for the auditor)."""
+    return [(f"{getattr(worker, 'pool', 'aggregated')} worker {worker.index} rank {r} "
+             "host link", rank.host.link)
+            for worker in workers for r, rank in enumerate(worker.ranks)
+            if getattr(rank, "host", None) is not None and rank.host.link.active]
