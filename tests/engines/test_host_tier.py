@@ -130,3 +130,17 @@ def test_the_tier_writes_back_on_flush_and_stores_on_arrival() -> None:
     transfer.link.finish(transfer, t)
     assert done == [5.0] and woken == [True]
     assert (tier.loads, tier.loaded_blocks, tier.load_ms) == (1, 2, 2.0)
+
+
+def test_problems_name_a_broken_host_pool() -> None:
+    pool = HostPool(4)
+    pool.store(100, 0, 3)
+    assert not list(pool.problems())
+    pool.size = 2  # a count that disagrees with the runs
+    assert [kind for kind, _ in pool.problems()] == ["host-tier"]
+    pool.size = 3
+    pool.capacity = 2  # more held than the capacity
+    assert any("capacity is 2" in detail for _, detail in pool.problems())
+    pool.capacity = 4
+    pool._lru.clear()  # a run the LRU lost
+    assert any("not in the LRU" in detail for _, detail in pool.problems())
