@@ -48,8 +48,9 @@ def test_an_evicted_prefix_is_loaded_back_from_host(sim: Any) -> None:
     # With it: at 100 ms its prefix misses the GPU and is found on host (written back at
     # 50 ms, when request 1 evicted it: 2 blocks, 2 ms). The load (2 MB) arrives at 102 ms
     # and lands in 2 blocks; request 2 is admitted at 102 ms with its 8 prefix tokens on
-    # the GPU and computes the last 4 in a third block. Those 3 blocks evict request 1's
-    # 3 cached blocks, written back from 102 ms (3 ms).
+    # the GPU and computes the last 4 in a third block. The landing evicts 2 of request
+    # 1's cached blocks and the admission its third; both write-backs start at 102 ms and
+    # share the link: the 1-block one ends at 104 ms (2 ms), the 2-block one at 105 ms.
     r = records[2]
     assert r.first_admit_ms == 102.0
     assert r.first_admission_reused_tokens == 8
@@ -61,7 +62,7 @@ def test_an_evicted_prefix_is_loaded_back_from_host(sim: Any) -> None:
     assert (host["g2_onboardings"], host["g2_onboarded_blocks"]) == (1, 2)
     assert host["g2_onboard_ms_total"] == host["g2_onboard_ms_mean"] == 2.0
     assert host["g2_written_back_blocks"] == 5
-    assert host["g2_write_back_ms_total"] == 2.0 + 3.0
+    assert host["g2_write_back_ms_total"] == 2.0 + 3.0 + 2.0
     assert host["g2_host_evicted_blocks"] == 0
     # the other requests are untouched
     for rid in (0, 1):
@@ -69,9 +70,9 @@ def test_an_evicted_prefix_is_loaded_back_from_host(sim: Any) -> None:
 
 
 def test_a_full_host_pool_evicts_its_least_recent_blocks(sim: Any) -> None:
-    # Room for 2 host blocks: P's. Request 2's load reads them at 100 ms; request 1's 3
-    # blocks arrive on host at 105 ms, its top 2 (evicted first, for the landing) then its
-    # first: they evict P's 2, then the top one of those.
+    # Room for 2 host blocks: P's. Request 2's load reads them at 100 ms (first block,
+    # then second); request 1's last block reaches host at 104 ms and evicts P's first
+    # (the least recently used), its other two at 105 ms evict P's second and that one.
     small = attrs.evolve(HOST, capacity_blocks=2)
     records, stats = offload_case(sim, small)
     assert records[2].first_admission_reused_tokens == 8

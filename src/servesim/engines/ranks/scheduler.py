@@ -36,7 +36,8 @@ aligned boundaries.
 
 Host (G2) tier (:mod:`servesim.engines.kernel.host_tier`, when the role configures one):
 the blocks a pass evicts are written back to host, one transfer per pass started as the
-pass is scheduled. A waiting head that would be admitted and whose prefix continues on host
+pass is scheduled (blocks evicted between passes, by a load landing or a P/D
+reservation, at once). A waiting head that would be admitted and whose prefix continues on host
 past its GPU hits (up to the blocks the recompute rule lets it reuse) is not scheduled:
 it leaves the queue (the requests behind it go on) while the host run crosses the link.
 When it arrives, the run lands in fresh blocks behind the GPU prefix (evicting cached
@@ -806,6 +807,7 @@ class RankScheduler:
         if len(hits) == start and pool.allocate(lease, end, hits):
             pool.publish(lease, seq.hashes, start, end)
             pool.release(lease)
+            self._write_back()  # what the landing evicted, from now
         del self.loading[seq]
         seq.status = WAITING
         self.waiting.appendleft(seq)
