@@ -265,6 +265,8 @@ def config_limit_cases() -> Iterator[tuple[str, str, Limit, Any]]:
             doc = copy.deepcopy(CONFIG_BASE)
             if limit.path[:2] == ("engine", "speculation"):
                 doc["engine"]["speculation"] = dict(SPECULATION)
+            if limit.path[-2] == "host_offload" and not limit.path[-1].startswith("capacity"):
+                _set(doc, limit.path[:-1], {"capacity_blocks": 1})  # the one capacity it needs
             if limit.path[:2] == ("traffic", "source") and limit.path[2] != "session" \
                     and len(limit.path) == 4:
                 _set(doc, limit.path[:3], dict(LENGTHS[limit.path[3]]))  # a length table
@@ -280,6 +282,8 @@ PAYLOAD_SKELETONS: dict[tuple[str, ...], dict[str, Any]] = {
     ("roles", "aggregated", "state_cache"): {"bytes_per_request": 1, "state_blocks": 1,
                                              "allocated_bytes_per_request": 4194304},
     ("kv_transfer",): {"bytes_per_token": 1, "bandwidth_gb_per_second": 1.0},
+    ("roles", "aggregated", "host_offload"): {"capacity_blocks": 1,
+                                              "bandwidth_gb_per_second": 1.0},
     ("gpu_hour_usd", "h200_sxm"): {"usd_per_hour": 1.0, "source": "config"},
 }
 

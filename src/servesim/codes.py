@@ -132,6 +132,18 @@ CAPACITY_FIXED = "capacity-fixed"
 CAPACITY_TOO_SMALL = "capacity-too-small"
 """A fixed KV capacity smaller than one block."""
 
+HOST_OFFLOAD_CAPACITY = "host-offload-capacity"
+"""host_offload without exactly one of capacity_blocks or capacity_gb, or with less than
+one block of host memory."""
+
+HOST_OFFLOAD_BANDWIDTH = "host-offload-bandwidth"
+"""host_offload without bandwidth_gb_per_second on a GPU whose catalog entry gives no PCIe
+bandwidth."""
+
+HOST_OFFLOAD_CONFLICT = "host-offload-conflict"
+"""host_offload with prefix_caching off or with a state_cache (the host tier holds prefix
+blocks of token KV only)."""
+
 NO_KV_BUDGET = "no-kv-budget"
 """The model's weights leave no GPU memory for the KV cache (the message names the
 remedies)."""

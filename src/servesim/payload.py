@@ -99,6 +99,18 @@ class StateCacheArgs:
     raw_bytes_per_request: int | None = None
 
 
+@attrs.frozen
+class HostOffloadArgs:
+    """The host-memory (G2) KV tier of each attention-DP rank: ``capacity_blocks`` blocks
+    of the role's geometry behind a link of ``bandwidth_gb_per_second`` (decimal GB/s)
+    that write-backs and loads of the rank share. Added in v1 (additive)."""
+
+    capacity_blocks: int = attrs.field(metadata={"lo": 1, "hi": L.BLOCKS})
+    bandwidth_gb_per_second: float = attrs.field(
+        metadata={"lo": L.BANDWIDTH_GB_S[0], "hi": L.BANDWIDTH_GB_S[1]})
+    write_back: Literal["on_evict"] = "on_evict"
+
+
 # Where a RoleArgs field lives in the config, under ``engine.workers.<role>``: its section
 # (``config_section``) and, where it differs from the field's name, its key (``config_key``).
 # The payload keeps every role field flat; the config nests them by section.
@@ -147,6 +159,7 @@ class RoleArgs:
     max_model_len: int | None = bounded(1, L.CONTEXT)
     prefix_match_unit: int | None = bounded(1, L.BLOCK_SIZE, metadata=KV_CACHE)
     state_cache: StateCacheArgs | None = _in(KV_CACHE)
+    host_offload: HostOffloadArgs | None = _in(KV_CACHE)
     # timing and decoding (speculation is the engine's, shared by every role)
     timing: TimingArgs = attrs.field(factory=TimingArgs)
     speculation: SpeculationArgs | None = attrs.field(

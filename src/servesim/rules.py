@@ -178,6 +178,29 @@ def prefix_match_unit(r: RoleArgs, path: Path,
                     f"{unit}", f"set prefix_match_unit = {r.block_size} or remove it")
 
 
+def host_offload(r: RoleArgs, path: Path,
+                 known: Mapping[str, Backend] = backends.BUILTIN) -> Iterator[Diagnostic]:
+    """The host (G2) tier holds prefix blocks of token KV: it needs prefix caching, and a
+    recurrent state cache (whose snapshots it would not hold) is refused."""
+    if r.host_offload is None:
+        return
+    hp = (*path, "kv_cache", "host_offload")
+    backend = known.get(r.backend)
+    if backend is not None and (backend.no_evict or backend.separate_prefill):
+        takers = _takers(lambda b: not (b.no_evict or b.separate_prefill), known)
+        yield error(codes.HOST_OFFLOAD_CONFLICT, hp,
+                    f"host_offload requires {takers or 'another backend'}, got "
+                    f"backend={r.backend}")
+    if not r.prefix_caching:
+        yield error(codes.HOST_OFFLOAD_CONFLICT, hp,
+                    "host_offload requires prefix_caching = true: the host tier holds "
+                    "cached prefix blocks", "remove host_offload or enable prefix_caching")
+    if r.state_cache is not None:
+        yield error(codes.HOST_OFFLOAD_CONFLICT, hp,
+                    "host_offload does not support state_cache: the host tier holds token KV "
+                    "blocks, not recurrent state snapshots", "remove host_offload")
+
+
 def speculation(r: RoleArgs, path: Path,
                 known: Mapping[str, Backend] = backends.BUILTIN) -> Iterator[Diagnostic]:
     """Speculative decoding parameters (V34, V36, V39)."""
@@ -247,7 +270,7 @@ def rank_count(r: RoleArgs, path: Path,
 
 ROLE_RULES: tuple[RoleRule, ...] = (
     value_limits, backend_fields, timing_values, state_cache_geometry, prefix_match_unit,
-    speculation, parallelism, startup, rank_count,
+    speculation, parallelism, startup, rank_count, host_offload,
 )
 
 

@@ -2,7 +2,7 @@
 
 Every error test compares the exact rendered diagnostics (``Diagnostic.render()``,
 path and code included). Cases that need features servesim does not implement pin
-what servesim does instead: G2/G3 offload and ``afd`` are "not supported", a
+what servesim does instead: G3 offload and ``afd`` are "not supported", a
 recommendation-only input (``hardware = "auto"``) is refused, and models missing from
 the catalog (DeepSeek V4) are unknown models with the closest names.
 """
@@ -269,10 +269,11 @@ def test_case_10_manual_state_cache_needs_explicit_geometry() -> None:
         f"{CAPACITY}.state_cache: state_cache requires fixed capacity (blocks or bytes) "
         "[state-cache-capacity]\n"
         '  hint: set capacity = { type = "fixed", blocks = N }']
-    # G2 offload is out of scope: refused before the state-cache rule can apply
-    assert errors(HYBRID + MANUAL_STATE + "host_offload = { num_host_blocks = 4 }\n") == [
-        f"{CAPACITY}.host_offload: host_offload (G2/G3 KV offload) is not supported; remove "
-        "it [not-supported]"]
+    # the host (G2) tier holds token KV blocks, not state snapshots
+    assert errors(HYBRID + MANUAL_STATE + "host_offload = { capacity_blocks = 4 }\n") == [
+        f"{CAPACITY}.host_offload: host_offload does not support state_cache: the host tier "
+        "holds token KV blocks, not recurrent state snapshots [host-offload-conflict]\n"
+        "  hint: remove host_offload"]
 
 
 @pytest.mark.parametrize("backend", ["sglang", "trtllm"])
@@ -563,8 +564,8 @@ def test_case_24_aggregated_rejects_kv_transfer_and_offload_is_unsupported() -> 
         "engine.kv_transfer: aggregated mode rejects kv_transfer [role-mode-mismatch]"]
     assert errors(QWEN + "[engine.workers.aggregated.kv_cache]\n"
                          'g3_offload = { scope = "worker_local", num_g3_blocks = 4 }\n') == [
-        f"{CAPACITY}.g3_offload: g3_offload (G2/G3 KV offload) is not supported; remove it "
-        "[not-supported]"]
+        f"{CAPACITY}.g3_offload: g3_offload (the G3 KV tier: disk or remote storage) is not "
+        "supported; remove it (host_offload, the G2 host-memory tier, is) [not-supported]"]
 
 
 PD = HYBRID + 'mode = "disaggregated"\n'

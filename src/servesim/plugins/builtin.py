@@ -36,7 +36,7 @@ class VllmEngine(Engine):
                                   policy=self.backend(role), router=self.router(role))
         seconds = stats.end_ms / 1000.0
         return ReplayResult(end_ms=stats.end_ms, gpu_seconds={"aggregated": seconds * role.gpus},
-                            passes=stats.passes, extra=stats.speculation)
+                            passes=stats.passes, extra={**stats.speculation, **stats.host})
 
 
 class DisaggEngine(Engine):

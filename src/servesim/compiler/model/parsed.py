@@ -179,6 +179,26 @@ class StateCache:
 
 
 @attrs.frozen
+class HostOffload:
+    """The host-memory (G2) KV tier of each attention-DP rank and its link to the GPU."""
+
+    capacity_blocks: int | None = positive(
+        BLOCKS, "host KV blocks per attention-DP rank (exclusive with capacity_gb)",
+        examples=[65536])
+    capacity_gb: float | None = key(
+        "host memory for KV per attention-DP rank, decimal GB; whole blocks of the role's "
+        "block_size x bytes_per_token (exclusive with capacity_blocks)", 0.0, 1e9,
+        lo_open=True, examples=[256.0])
+    bandwidth_gb_per_second: float | None = key(
+        "the GPU's host link (PCIe or C2C), decimal GB/s; write-backs and loads on one rank "
+        "share it", *BANDWIDTH_GB_S, examples=[64.0],
+        derived="the GPU's PCIe bandwidth in the catalog (required where it has none)")
+    write_back: Literal["on_evict"] | None = key(
+        "when GPU blocks are copied to host: \"on_evict\", a cached block evicted from the "
+        "GPU pool", default="on_evict", examples=["on_evict"])
+
+
+@attrs.frozen
 class KvCache:
     """The KV cache of each rank: page size, prefix reuse, bytes per token and pool size."""
 
@@ -197,8 +217,9 @@ class KvCache:
     prefix_match_unit: int | None = positive(
         BLOCK_SIZE, "granularity of prefix matches with a state cache; divides the block "
         "size", examples=[256], derived="the block size")
-    host_offload: dict[str, Any] | None = table(
-        "G2 host KV offload: not supported (refused)")  # diagnosed by the parse pass
+    host_offload: HostOffload | None = table(
+        "the host-memory (G2) KV tier of each rank: GPU blocks evicted with a prefix "
+        "identity are written back to it, and a prefix found there is loaded back")
     g3_offload: dict[str, Any] | None = table(
         "G3 KV offload: not supported (refused)")  # diagnosed by the parse pass
 

@@ -139,10 +139,15 @@ def _worker(name: str, w: Worker, mode: str, path: Path) -> Iterator[Diagnostic]
 
 
 def _kv_cache(kv: KvCache, path: Path) -> Iterator[Diagnostic]:
-    for key in ("host_offload", "g3_offload"):
-        if getattr(kv, key) is not None:
-            yield error(codes.NOT_SUPPORTED, (*path, key),
-                        f"{key} (G2/G3 KV offload) is not supported; remove it")
+    if kv.g3_offload is not None:
+        yield error(codes.NOT_SUPPORTED, (*path, "g3_offload"),
+                    "g3_offload (the G3 KV tier: disk or remote storage) is not supported; "
+                    "remove it (host_offload, the G2 host-memory tier, is)")
+    host = kv.host_offload
+    if host is not None and (host.capacity_blocks is None) == (host.capacity_gb is None):
+        yield error(codes.HOST_OFFLOAD_CAPACITY, (*path, "host_offload"),
+                    "host_offload needs exactly one of capacity_blocks or capacity_gb",
+                    "e.g. host_offload = { capacity_gb = 256 }")
     cap = kv.capacity or Capacity()
     cpath = (*path, "capacity")
     if cap.type == "fixed":

@@ -54,6 +54,7 @@ from servesim.errors import CompileError, Diagnostic, Path, format_path
 from servesim.payload import (
     CalibrationArgs,
     GpuPriceArgs,
+    HostOffloadArgs,
     KvTransferArgs,
     Payload,
     Placement,
@@ -344,6 +345,7 @@ def _resolve_role(rec: _Recorder, role: _Role, speculation: SpeculationArgs | No
     if num_blocks is None:
         return None, meta
     state = _state_cache(rec, role, geo, meta)
+    host = _host_offload(rec, role, geo)
     max_model_len = _context(rec, role)
     _note_fixed(rec, role, kv, speculation)
     timing = _timing(rec, role, weights)
@@ -355,6 +357,7 @@ def _resolve_role(rec: _Recorder, role: _Role, speculation: SpeculationArgs | No
         block_size=geo.block_size, prefix_caching=prefix_caching,
         kv_bytes_per_token=geo.bytes_per_token, num_gpu_blocks=num_blocks,
         max_model_len=max_model_len, prefix_match_unit=kv.prefix_match_unit, state_cache=state,
+        host_offload=host,
         timing=timing, speculation=speculation, startup_seconds=float(startup)), meta
 
 
@@ -523,6 +526,46 @@ def _state_cache(rec: _Recorder, role: _Role, geo: _KvGeometry,
                            "allocated_bytes_per_request": allocated,
                            "raw_bytes_per_request": raw}
     return state
+
+
+def _host_offload(rec: _Recorder, role: _Role, geo: _KvGeometry) -> HostOffloadArgs | None:
+    """The host (G2) tier: its capacity in whole blocks of the role's geometry, and its
+    link (the GPU's PCIe bandwidth in the catalog unless given)."""
+    host = (role.worker.kv_cache or KvCache()).host_offload
+    if host is None or (host.capacity_blocks is None and host.capacity_gb is None):
+        return None  # the parse pass reported a missing capacity
+    hp: Path = (*role.path, "kv_cache", "host_offload")
+    if host.capacity_blocks is not None:
+        blocks = host.capacity_blocks
+        rec.note((*hp, "capacity_blocks"), "authored")
+    else:
+        assert host.capacity_gb is not None
+        block_bytes = geo.block_size * geo.bytes_per_token
+        blocks = int(host.capacity_gb * 1e9) // block_bytes
+        if blocks < 1:
+            rec.fail((*hp, "capacity_gb"), codes.HOST_OFFLOAD_CAPACITY,
+                     f"{host.capacity_gb:g} GB holds no KV block of {block_bytes} bytes "
+                     f"({geo.block_size} tokens x {geo.bytes_per_token} B)",
+                     "raise capacity_gb or give capacity_blocks")
+            return None
+        rec.note((*hp, "capacity_blocks"), "derived",
+                 f"floor({host.capacity_gb:g} GB / ({geo.block_size} x "
+                 f"{geo.bytes_per_token} B)) = {blocks}")
+    bandwidth = host.bandwidth_gb_per_second
+    if bandwidth is None:
+        if role.gpu.pcie_bw is None:
+            rec.fail((*hp, "bandwidth_gb_per_second"), codes.HOST_OFFLOAD_BANDWIDTH,
+                     f"the catalog gives {role.gpu.name} no PCIe bandwidth to default to",
+                     "set bandwidth_gb_per_second (e.g. 64 for PCIe 5.0 x16)")
+            return None
+        bandwidth = role.gpu.pcie_bw / 1e9
+        rec.note((*hp, "bandwidth_gb_per_second"), "derived",
+                 f"{role.gpu.name} PCIe bandwidth in the catalog: {bandwidth:g} GB/s")
+    else:
+        rec.note((*hp, "bandwidth_gb_per_second"), "authored")
+    write_back = rec.take(hp, host, "write_back")
+    return HostOffloadArgs(capacity_blocks=blocks, bandwidth_gb_per_second=bandwidth,
+                           write_back=write_back)
 
 
 def _context(rec: _Recorder, role: _Role) -> int | None:

@@ -55,6 +55,7 @@ from servesim.backends import Backend
 from servesim.engines.base import Engine, ReplayResult
 from servesim.engines.disagg.ranks import DecodeRank, DestinationRejected, PrefillRank
 from servesim.engines.disagg.transfer import KvLinks, transfer_bytes
+from servesim.engines.kernel.host_tier import host_links
 from servesim.engines.kernel.links import SharedLink, Transfer
 from servesim.engines.kernel.passes import PassEnd, PassReplay, PassWorker
 from servesim.engines.kernel.rank import Seq
@@ -92,6 +93,7 @@ class DisaggStats:
     decode_busy_ms: tuple[float, ...]
     speculation: dict[str, Any] = field(default_factory=dict)  # acceptance statistics
     links: dict[str, Any] = field(default_factory=dict)  # the report's transfer figures
+    host: dict[str, Any] = field(default_factory=dict)  # host (G2) tier figures, both roles
 
     @property
     def prefill_worker_seconds(self) -> float:
@@ -191,6 +193,8 @@ class DisaggReplay(PassReplay[PoolWorker]):
         self.transfers = 0
         self.kv_links = KvLinks(self.events, kv_transfer)
         self._all_workers = [*self.prefill_workers, *self.decode_workers]
+        self._attach_hosts(self.prefill_workers, prefill)
+        self._attach_hosts(self.decode_workers, decode)
 
     @property
     def workers(self) -> Sequence[PoolWorker]:
@@ -198,7 +202,10 @@ class DisaggReplay(PassReplay[PoolWorker]):
 
     def shared_links(self) -> list[tuple[str, SharedLink]]:
         """The KV links in use, each with what it is (read by the invariant auditor)."""
-        return self.kv_links.labelled()
+        return [*self.kv_links.labelled(), *host_links(self._all_workers)]
+
+    def _wake(self, worker: PoolWorker) -> None:
+        self.dirty[worker] = None
 
     # -- main loop ------------------------------------------------------------------------
 
@@ -212,6 +219,7 @@ class DisaggReplay(PassReplay[PoolWorker]):
             decode_busy_ms=tuple(w.busy_ms for w in self.decode_workers),
             speculation=self.speculation_report(),
             links=self.kv_links.report(),
+            host=self.host_report(),
         )
 
     def _dispatch(self, item: Any) -> None:
@@ -509,5 +517,5 @@ def replay_payload_roles(payload: Payload, workload: Workload, sink: Sink, *,
                      "decode": d_s * decode.gpus_per_worker},
         passes=stats.passes,
         extra={"prefill_worker_seconds": p_s, "decode_worker_seconds": d_s,
-               **stats.links, **stats.speculation},
+               **stats.links, **stats.speculation, **stats.host},
     )

@@ -164,6 +164,7 @@ class DecodeRank(RankScheduler):
         if seq.state is not None:
             ok = ok and pool.allocate(seq.state.working, self.state_blocks)
         assert ok, "a reservation that fits failed"
+        self._write_back()  # what the reservation evicted
         seq.num_published = len(hits)
         self.reserved[seq] = None
         return seq

@@ -16,10 +16,12 @@ requests. Everything here only *reads* scheduler and pool state.
   environment; the test suite turns it on). At every instant it checks, for every rank:
   block reference counts equal the leases the rank's requests hold, pool totals add up,
   no request sits in two queues or on two ranks of a pool, queue membership matches the
-  request status, and every live request is somewhere; for every link in use (a P/D
-  run's KV links, :mod:`servesim.engines.kernel.links`): its bytes are conserved (started
-  = sent + those of its active transfers, each with between 0 and all of its bytes left,
-  for a live request), and since the last instant it moved exactly its bandwidth's worth
+  request status, and every live request is somewhere; a rank's host (G2) tier holds no
+  more blocks than its capacity, as disjoint runs each listed once in its LRU; for every
+  link in use (a P/D run's KV links, a rank's host link,
+  :mod:`servesim.engines.kernel.links`): its bytes are conserved (started = sent + those
+  of its active transfers, each with between 0 and all of its bytes left, for a live
+  request or a write-back), and since the last instant it moved exactly its bandwidth's worth
   while busy (never more); for the run: virtual time never goes back and every request
   reaches the sink exactly once with a consistent record.
   A violation raises a ReplayError with code ``invariant-violated`` naming the
@@ -39,6 +41,7 @@ from typing import Any
 
 from servesim import codes
 from servesim.engines.kernel.blocks import BlockPool
+from servesim.engines.kernel.host_tier import WRITE_BACK_KEY
 from servesim.engines.kernel.links import SharedLink
 from servesim.engines.kernel.rank import FINISHED, RUNNING, WAITING
 from servesim.engines.kernel.requests import RequestRecord
@@ -134,6 +137,8 @@ def _queues(rank: Any) -> list[tuple[str, Iterable[Any], int | None]]:
     if hasattr(rank, "reserved"):
         out.append(("reserved", rank.reserved, None))
         out.append(("materialized", rank.materialized, WAITING))
+    if getattr(rank, "loading", None):
+        out.append(("loading", rank.loading, None))
     return out
 
 
@@ -157,6 +162,10 @@ def audit_rank(rank: Any, where: str, live: set[int] | None = None) -> dict[int,
     """One rank: queues, statuses, holdings vs reference counts. Returns the queued
     request ids (request id -> queue name)."""
     audit_pool(rank.pool, where)
+    host = getattr(rank, "host", None)
+    if host is not None:
+        for invariant, detail in host.pool.problems():
+            raise violation(invariant, where, detail)
     located: dict[int, str] = {}
     seen: dict[int, str] = {}  # id(seq) -> queue
     expected: Counter[int] = Counter()
@@ -238,7 +247,7 @@ def audit_link(link: SharedLink, where: str, now: float, live: set[int],
             raise violation("link-bytes", where, f"{left} of {t.nbytes} bytes left"
                             f"{'' if t.entry is not None else ', with no completion event'}",
                             t.key)
-        if t.key not in live:
+        if t.key not in live and t.key != WRITE_BACK_KEY:
             raise violation("link-bytes", where, "a transfer for a request no longer live",
                             t.key)
         in_flight += t.nbytes

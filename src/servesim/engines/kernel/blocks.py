@@ -44,7 +44,7 @@ nothing scans the pool.
 from __future__ import annotations
 
 from collections import Counter, deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from itertools import repeat
 from operator import add, sub
 from typing import overload
@@ -303,6 +303,7 @@ class BlockPool:
         "_num_inactive",
         "block_size",
         "num_blocks",
+        "on_evict",
     )
 
     def __init__(self, num_blocks: int, block_size: int) -> None:
@@ -316,6 +317,9 @@ class BlockPool:
         self._lru: deque[_Released] = deque()  # oldest first
         self._num_active = 0
         self._num_inactive = 0
+        # called with (base, lo, hi) for the offsets of each identity run an eviction drops
+        # (a host tier's write-back); None: nobody listens
+        self.on_evict: Callable[[int, int, int], None] | None = None
 
     # -- counters ---------------------------------------------------------------------
 
@@ -630,6 +634,8 @@ class BlockPool:
                 continue
             take = min(count, hi - lo)
             cut = hi - take
+            if self.on_evict is not None:
+                self._report_evicted(ext, cut, hi, self.on_evict)
             self._unname(ext, cut, hi)
             ext.stamp[cut:hi] = [None] * take
             self._retire(ext, take)
@@ -639,6 +645,20 @@ class BlockPool:
                 lru.popleft()
             else:
                 run.hi = cut
+
+    @staticmethod
+    def _report_evicted(ext: _Extent, lo: int, hi: int,
+                        hook: Callable[[int, int, int], None]) -> None:
+        """Hand ``hook`` the identities of inactive blocks ``lo .. hi - 1`` of ``ext`` (all
+        named), a piece at a time, top down."""
+        pieces_of = ext.piece
+        o = hi - 1
+        while o >= lo:
+            piece = pieces_of[o]
+            assert piece is not None, "an inactive block without an identity"
+            a = piece.lo if piece.lo > lo else lo
+            hook(piece.base, piece.off + a - piece.lo, piece.off + o + 1 - piece.lo)
+            o = a - 1
 
     @staticmethod
     def _split(run: _Released) -> list[_Released]:

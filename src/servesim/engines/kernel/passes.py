@@ -31,6 +31,7 @@ import bisect
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Generic, TypeVar
 
 from mypy_extensions import mypyc_attr
@@ -38,11 +39,13 @@ from mypy_extensions import mypyc_attr
 from servesim.engines.kernel.audit import guard_replay
 from servesim.engines.kernel.core import LATER_ROUND, Guard, Sink
 from servesim.engines.kernel.events import PHASE_ENGINE
+from servesim.engines.kernel.host_tier import HostTier, host_report
 from servesim.engines.kernel.rank import Rank, RankResult, Seq
 from servesim.engines.kernel.replay import Replay
 from servesim.engines.kernel.requests import PassEnds, Workload
 from servesim.engines.kernel.speculation import acceptance_report
 from servesim.errors import ReplayError
+from servesim.payload import RoleArgs
 from servesim.timing.base import StepTimer
 
 
@@ -125,6 +128,42 @@ class PassReplay(Replay, Generic[W]):
 
     def _guard(self) -> Guard:
         return guard_replay(self)  # watchdog; invariant auditor when enabled
+
+    def host_report(self) -> dict[str, Any]:
+        """The run's host (G2) tier figures ({} without a host tier)."""
+        return host_report(self.host_tiers())
+
+    def host_tiers(self) -> list[HostTier]:
+        """The host tiers of every rank that has one."""
+        tiers = (getattr(rank, "host", None) for worker in self.workers
+                 for rank in worker.ranks)
+        return [tier for tier in tiers if tier is not None]
+
+    def _attach_hosts(self, workers: Sequence[W], role: RoleArgs) -> None:
+        """Give every rank of ``workers`` (with ``attach_host``) the host tier ``role``
+        configures, if any."""
+        if role.host_offload is None:
+            return
+        for worker in workers:
+            for rank in worker.ranks:
+                attach = getattr(rank, "attach_host", None)
+                if attach is not None:
+                    attach(HostTier.of_role(role, self.events, self._clock,
+                                            partial(self._host_loaded, worker)))
+
+    def _clock(self) -> float:
+        return self.now
+
+    def _host_loaded(self, worker: W) -> None:
+        """A host-tier load of one of ``worker``'s ranks completed: a request rejoins a
+        queue (after this call). The worker is brought to now first, so that the pass in
+        flight, planned without it, cannot be re-run with it."""
+        self._touch(worker)
+        self._wake(worker)
+
+    def _wake(self, worker: W) -> None:
+        """``worker``'s queues changed: start it when the instant settles, if idle."""
+        raise NotImplementedError
 
     def speculation_report(self) -> dict[str, Any]:
         """The run's speculative-decoding acceptance statistics ({} without)."""

@@ -33,6 +33,22 @@ in :mod:`servesim.engines.kernel.state`): a request that computes tokens also ow
 working state from the same pool; prefix reuse resumes only at a boundary with a
 complete state snapshot, and prefill chunks are cut so that checkpoints land on
 aligned boundaries.
+
+Host (G2) tier (:mod:`servesim.engines.kernel.host_tier`, when the role configures one):
+the blocks a pass evicts are written back to host, one transfer per pass started as the
+pass is scheduled (blocks evicted between passes, by a load landing or a P/D
+reservation, at once). A waiting head that would be admitted and whose prefix continues on host
+past its GPU hits (up to the blocks the recompute rule lets it reuse) is not scheduled:
+it leaves the queue (the requests behind it go on) while the host run crosses the link.
+When it arrives, the run lands in fresh blocks behind the GPU prefix (evicting cached
+ones; no block is held during the transfer, as if it were staged in a host buffer), is
+published and released (cached, the most recently used), and the request returns to the
+head of the queue, to be admitted as any request whose prefix is on the GPU; its first
+admission reports the loaded part as G2 hits. It loads at most once per admission: what
+is evicted again before it is admitted (a preempted request jumped ahead), or finds no
+block to land in, it computes.
+Steady decode segments stop before a block crossing that would evict (the write-back
+starts with the pass that evicts).
 """
 
 from __future__ import annotations
@@ -45,6 +61,7 @@ from typing import Final
 from servesim import backends
 from servesim.backends import Backend
 from servesim.engines.kernel.blocks import NO_BLOCKS, BlockPool, Lease
+from servesim.engines.kernel.host_tier import HostTier
 from servesim.engines.kernel.rank import FINISHED, RUNNING, WAITING
 from servesim.engines.kernel.requests import RequestRecord, RequestSpec
 from servesim.engines.kernel.speculation import BurstSampler
@@ -68,6 +85,8 @@ from servesim.timing.base import StepTimer
 _SCHEDULED: Final = 0
 _BLOCKED: Final = 1
 _PREEMPTED_SELF: Final = 2
+# The status of a request whose prefix blocks are being loaded from the host tier.
+LOADING: Final = 3
 
 
 def _prompt_left(seq: SeqState) -> bool:
@@ -126,6 +145,9 @@ class SeqState:
     pass_prefix: int
     # State-cache holdings (working state, checkpoints); None without a state cache.
     state: RequestState | None
+    # Block positions loaded from the host tier for its next admission; None: nothing
+    # loaded since its last admission.
+    loaded: tuple[int, int] | None
 
     def __init__(self, spec: RequestSpec, record: RequestRecord, prompt_len: int,
                  max_output: int, len_cap: int, stop_len: int,
@@ -148,6 +170,7 @@ class SeqState:
         self.pass_isl = -1
         self.pass_prefix = 0
         self.state = state
+        self.loaded = None
 
     @property
     def length(self) -> int:
@@ -259,9 +282,17 @@ class RankScheduler:
             self.balance = (role.attention_dp_timeout_iters,
                             role.attention_dp_batching_wait_iters)
         self._prefill_capacity_bound = False
+        # the host (G2) tier (attach_host) and the requests loading from it
+        self.host: HostTier | None = None
+        self.loading: dict[SeqState, None] = {}
         # The inlined decode step in execute_pass; off = every step through _schedule
         # (differential tests prove both give identical replays).
         self.fast_decode = True
+
+    def attach_host(self, host: HostTier | None) -> None:
+        """Put the host tier ``host`` (None: none) behind this rank's block pool."""
+        self.host = host
+        self.pool.on_evict = host.evicted if host is not None else None
 
     # -- intake -------------------------------------------------------------------------
 
@@ -290,7 +321,7 @@ class RankScheduler:
     @property
     def load(self) -> int:
         """The requests this rank has taken on, as least-loaded placement counts them."""
-        return self.num_requests
+        return self.num_requests + len(self.loading)
 
     # -- one pass -------------------------------------------------------------------------
 
@@ -384,6 +415,7 @@ class RankScheduler:
             out.prefill_tokens = self._isl - self._prefix
             out.prefill_ms = self.timer.prefill_ms(*args)
         self._emit_ready_tokens(scheduled, out, decode=not extend)
+        self._write_back()
         return out
 
     def balance_load(self) -> tuple[bool, int]:
@@ -604,7 +636,8 @@ class RankScheduler:
         """
         bs = self.block_size
         firsts = self._steady_crossings()
-        available = self.pool.num_available
+        # with a host tier, an eviction starts a write-back: the segment stops before it
+        available = self.pool.num_available if self.host is None else self.pool.num_free
 
         def needed(k: int) -> int:
             return sum(1 + (k - j) // bs for j in firsts if j <= k)
@@ -709,6 +742,9 @@ class RankScheduler:
                 break  # head-of-line blocking: nothing behind it is admitted
             if defer and length - cached > 1:
                 break
+            if self.host is not None and not seq.loaded and self._load_from_host(seq, length):
+                out.progressed = True
+                continue
             outcome = self._schedule(seq, scheduled, now, cached=cached, reuse=reuse)
             if outcome != _SCHEDULED:
                 break
@@ -737,6 +773,49 @@ class RankScheduler:
         if self.state is not None:
             cached = self._state_hit(seq, length, len(hits), cached, needs_token)
         return cached, hits.head(cached // bs)
+
+    def _load_from_host(self, seq: SeqState, length: int) -> bool:
+        """Start loading the blocks of ``seq``'s prefix that follow its GPU hits from the
+        host tier, if it holds any (up to the last block the recompute rule lets it
+        reuse): ``seq`` leaves the queue until they arrive (see the module docstring)."""
+        host, pool, bs = self.host, self.pool, self.block_size
+        assert host is not None
+        bound = length // bs if seq.generation_complete else (length - 1) // bs
+        hits = pool.lookup(seq.hashes, bound)
+        start = len(hits)
+        if start >= bound:
+            return False
+        count = host.pool.match(seq.hashes, start, bound)
+        if not count:
+            return False
+        self.waiting.popleft()
+        seq.status = LOADING
+        seq.loaded = (start, start + count)
+        self.loading[seq] = None
+        host.load(seq.spec.request_id, count, lambda: self._loaded(seq))
+        return True
+
+    def _loaded(self, seq: SeqState) -> None:
+        """The blocks ``seq`` loaded from host arrived: they land in fresh blocks behind
+        its GPU prefix and become cache-visible (the most recently released), and it
+        returns to the head of the queue. If its prefix left the GPU meanwhile, or no block
+        can be taken, they are dropped (it computes them)."""
+        assert seq.loaded is not None
+        start, end = seq.loaded
+        pool, lease = self.pool, Lease()
+        hits = pool.lookup(seq.hashes, start)
+        if len(hits) == start and pool.allocate(lease, end, hits):
+            pool.publish(lease, seq.hashes, start, end)
+            pool.release(lease)
+            self._write_back()  # what the landing evicted, from now
+        del self.loading[seq]
+        seq.status = WAITING
+        self.waiting.appendleft(seq)
+
+    def _write_back(self) -> None:
+        """Start copying the blocks evicted since the last write-back to the host tier."""
+        if self.host is not None:
+            self.host.flush()
 
     def _state_hit(
         self, seq: SeqState, length: int, hit_blocks: int, token_bound: int, needs_token: bool
@@ -828,10 +907,22 @@ class RankScheduler:
                 seq.admitted = True
                 rec.first_admit_ms = now
                 rec.first_admission_reused_tokens = reused
+                if self.host is not None:
+                    self._count_host_hit(seq, reused)
+            seq.loaded = None
             if reused > rec.reused_input_tokens:
                 rec.reused_input_tokens = reused
         scheduled.append(seq)
         return _SCHEDULED
+
+    def _count_host_hit(self, seq: SeqState, reused: int) -> None:
+        """A first admission's reuse, and the part of it loaded from host."""
+        assert self.host is not None
+        loaded = 0
+        if seq.loaded is not None:
+            lo, hi = seq.loaded
+            loaded = max(0, min(reused, hi * self.block_size) - lo * self.block_size)
+        self.host.admitted(seq.prompt_len, reused, loaded)
 
     def _aligned_chunk(self, start: int, desired: int, length: int) -> int:
         """Cut a chunk so that the step ends on a checkpoint boundary (spec §5.8).

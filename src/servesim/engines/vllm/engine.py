@@ -22,6 +22,8 @@ from typing import Any, cast
 from mypy_extensions import mypyc_attr
 
 from servesim.backends import Backend
+from servesim.engines.kernel.host_tier import host_links
+from servesim.engines.kernel.links import SharedLink, Transfer
 from servesim.engines.kernel.passes import PassEnd, PassReplay, PassWorker
 from servesim.engines.kernel.rank import Seq
 from servesim.engines.kernel.requests import RequestRecord, RequestSpec, Workload
@@ -49,6 +51,7 @@ class ReplayStats:
     incomplete: int
     worker_busy_ms: tuple[float, ...]  # per worker: sum of its completed pass durations
     speculation: dict[str, Any] = field(default_factory=dict)  # acceptance statistics
+    host: dict[str, Any] = field(default_factory=dict)  # host (G2) tier figures
 
     @property
     def worker_seconds(self) -> float:
@@ -100,6 +103,7 @@ class AggregatedReplay(PassReplay[Worker]):
         self.round_robin = isinstance(router, RoundRobin)
         self.routing = RoutedPool(router, self._workers, self._touch)
         self.dirty: list[Worker] = []
+        self._attach_hosts(self._workers, role)
 
     @property
     def workers(self) -> Sequence[Worker]:
@@ -111,13 +115,16 @@ class AggregatedReplay(PassReplay[Worker]):
         self.run_loop()
         return ReplayStats(**self.totals(),
                            worker_busy_ms=tuple(w.busy_ms for w in self.workers),
-                           speculation=self.speculation_report())
+                           speculation=self.speculation_report(),
+                           host=self.host_report())
 
     # -- events ---------------------------------------------------------------------------
 
     def _dispatch(self, item: Any) -> None:
         if isinstance(item, PassEnd):
             self._end_pass(item.worker)
+        elif isinstance(item, Transfer):
+            item.link.finish(item, self.now)
         else:
             self._arrive(item)
 
@@ -126,6 +133,14 @@ class AggregatedReplay(PassReplay[Worker]):
             dirty, self.dirty = self.dirty, []
             for worker in self._starters(sorted(dirty, key=_index)):
                 self._start_pass(worker)
+
+    def _wake(self, worker: Worker) -> None:
+        if not worker.busy:
+            self.dirty.append(worker)
+
+    def shared_links(self) -> list[tuple[str, SharedLink]]:
+        """The host links in use, each with what it is (read by the invariant auditor)."""
+        return host_links(self.workers)
 
     def _stamp(self, seq: Seq) -> Any:
         return seq.record.token_times
