@@ -451,7 +451,7 @@ class BlockPool:
         done) for any other."""
         ends = ids.ends
         run_start = ends[-2] if len(ends) > 1 else 0
-        if not ends or ends[-1] < end or run_start > start:
+        if not ends or ends[-1] < end or run_start > start or not lease.runs:
             return False
         ext, lo, hi = lease.runs[-1]
         first = hi - (lease.size - start)
