@@ -182,3 +182,11 @@ def test_a_pure_editable_install_removes_the_compiled_kernel_beside_the_source(
     left = sorted(p.name for p in package.parent.rglob("*") if p.is_file())
     assert left == sorted([p.name for p in mine]
                           + [build_info.source_of(m, package).name for m in COMPILED])
+
+
+@pytest.mark.parametrize("data", [b"", b'{"kernel": "compiled", "sour', b"\xff\xfe\x00", b"null"])
+def test_an_empty_or_damaged_record_is_no_record(package: Path, data: bytes) -> None:
+    compile_fake(package)
+    (package / RECORD).write_bytes(data)  # empty, truncated, not UTF-8, not an object
+    assert kernel(package) == Kernel(
+        False, "no record of this build of its compiled modules (reinstall)", ignored=True)
