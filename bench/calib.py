@@ -506,12 +506,19 @@ def summarize(records: list[RequestRecord]) -> Result:
     return Result(ttft, tpot, len(done))
 
 
-def replay(s: Setup | PdSetup, constants: AnalyticalConstants | None = None) -> Result:
-    """Replay one row's config with its own timing, or with the analytical timer of
-    ``constants`` (P/D rows through the disaggregated engine)."""
+TimerFactory = Callable[[RoleArgs, StepGeometry], StepTimer]
+
+
+def replay(s: Setup | PdSetup, constants: AnalyticalConstants | None = None,
+           timer_for: TimerFactory | None = None) -> Result:
+    """Replay one row's config with its own timing, with the analytical timer of
+    ``constants``, or with the timers ``timer_for`` makes (P/D rows through the
+    disaggregated engine)."""
     records: list[RequestRecord] = []
 
     def timer(role: RoleArgs, geometry: StepGeometry) -> StepTimer:
+        if timer_for is not None:
+            return timer_for(role, geometry)
         if constants is None:
             return make_timer(role)
         return AnalyticalTimer(geometry, constants)

@@ -42,8 +42,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import calib
 
 from servesim.calibrate.fit import FitResult, Latencies, Target, Values, fit
-from servesim.engines.kernel.requests import RequestRecord
-from servesim.engines.vllm import AggregatedReplay
 from servesim.timing.analytical import AnalyticalTimer, load_constants
 from servesim.timing.calibration import CalibratedTimer
 
@@ -85,9 +83,7 @@ def timer(s: calib.Setup, values: Values | None) -> AnalyticalTimer | Calibrated
 
 
 def replay(s: calib.Setup, values: Values | None) -> tuple[float, float]:
-    records: list[RequestRecord] = []
-    AggregatedReplay(s.role, timer(s, values), calib.workload(s), records.append, None).run()
-    result = calib.summarize(records, s.row.concurrency, s.waves)
+    result = calib.replay(s, timer_for=lambda role, geometry: timer(s, values))
     return result.ttft_ms, result.tpot_ms
 
 
@@ -173,6 +169,8 @@ def main() -> int:
         return 1
     for title, rows in (("held-out rows", summary),
                         ("held-out rows of the calibrated deployment", same_rows)):
+        if not rows:
+            continue
         print(f"\n{title}:")
         names = ("TTFT before", "TTFT after", "TPOT before", "TPOT after", "TTFT oracle",
                  "TPOT oracle")
