@@ -75,9 +75,13 @@ def test_fit_recovers_known_constants_from_noisy_synthesised_points(payload: Pay
     assert got.prefill_scale == pytest.approx(TRUE.prefill_scale, rel=0.1)
     assert got.decode_scale == pytest.approx(TRUE.decode_scale, rel=0.05)
     assert got.front_end_ms == pytest.approx(TRUE.front_end_ms, abs=8.0)
-    # two prompt lengths: the per-token front end is fitted too (its truth is 0)
+    # two prompt lengths: the per-token front end could be fitted, but its truth is 0, so
+    # it predicts no left-out point better and keeps its neutral value, with a note
     fitted = result.fitted["aggregated"]  # type: ignore[attr-defined]
-    assert "front_end_ms_per_1k_tokens" in fitted
+    assert fitted == ["prefill_scale", "decode_scale", "front_end_ms"]
+    assert got.front_end_ms_per_1k_tokens == 0.0
+    assert any("not fitted: aggregated.front_end_ms_per_1k_tokens" in w
+               for w in result.warnings)  # type: ignore[attr-defined]
     for p in result.points:  # type: ignore[attr-defined]
         assert p.after[0] == pytest.approx(p.target.ttft_ms, rel=0.05)
         assert p.after[1] == pytest.approx(p.target.tpot_ms, rel=0.03)
@@ -153,3 +157,31 @@ def test_more_constants_when_the_data_spans_more() -> None:
     split = [k.name for k in knobs_for(["prefill", "decode"], six)[0]]
     assert split == ["prefill.prefill_scale", "prefill.front_end_ms", "decode.decode_scale",
                      "decode.decode_step_ms"]
+
+
+def test_cross_validation_keeps_a_constant_the_points_need(payload: Payload) -> None:
+    truth = attrs.evolve(TRUE, front_end_ms_per_1k_tokens=60.0)
+    shapes = [(2, 512), (8, 512), (2, 4096), (8, 4096), (4, 2048)]
+    result = run_fit(payload, synthesise(payload, shapes, truth, 0.01))
+    got = result.values["aggregated"]  # type: ignore[attr-defined]
+    assert "front_end_ms_per_1k_tokens" in result.fitted["aggregated"]  # type: ignore[attr-defined]
+    assert got.front_end_ms_per_1k_tokens == pytest.approx(60.0, abs=20.0)
+
+
+def test_points_no_correction_explains_are_left_uncalibrated() -> None:
+    """Four points whose errors no shared correction explains (each off its own way): every
+    fitted set predicts the left-out points worse than none, so nothing is fitted."""
+    offsets = [1.6, 0.6, 1.5, 0.7]  # measured = predicted x offset, alternating
+
+    def predict(i: int, values: dict[str, CalibrationArgs]) -> tuple[float, float]:
+        v = values["aggregated"]
+        return 100.0 * v.prefill_scale + v.front_end_ms, 10.0 * v.decode_scale
+
+    targets_ = [Target(f"p{i}", 100.0 * o, 10.0 / o, 1024, float(2 ** i))
+                for i, o in enumerate(offsets)]
+    result = fit(targets_, ["aggregated"], predict)
+    assert result.fitted["aggregated"] == []
+    assert result.values["aggregated"] == CalibrationArgs()
+    assert any(w.startswith("not fitted: aggregated.prefill_scale") for w in result.warnings)
+    for p in result.points:
+        assert p.after == p.before == p.cross

@@ -19,6 +19,14 @@ and a negative time that predict other deployments worse). A constant whose Jaco
 column the others (fitted before it) explain to within :data:`UNDETERMINED` of its length
 is not fitted (kept neutral) and named in a warning: the data cannot tell it apart.
 
+Which of the determined constants are fitted is chosen by cross-validation: the nested
+sets (none, the first, the first two, ...) are each fitted, and the set that predicts
+every point best from the others (leave one out, each extra constant charged
+:data:`PARSIMONY`) is kept. A constant that only lets the fit follow the measured points
+(points from runs that disagree, or errors no shared correction explains) is then left
+neutral, with a warning, rather than carried to the configurations that were not
+measured.
+
 Cross-validation: each point is predicted by a fit to the other points (leave one out),
 that fit being one Gauss-Newton step from the full fit with the full fit's Jacobian; the
 left-out point's prediction is a replay.
@@ -56,6 +64,9 @@ PRIOR_OFFSET = 0.01
 # deployment's loads; it is fitted from this many points spanning three loads or more.
 STEP_MS_POINTS = 6
 UNDETERMINED = 0.05
+# Each knob a set fits raises its leave-one-out score by this fraction: a larger set is
+# kept only when it predicts the left-out points better by more than that.
+PARSIMONY = 0.05
 MAX_ITERATIONS = 6
 SCALE_BOUNDS = (math.log(0.05), math.log(20.0))
 # in units of the least measured TTFT (per 1k prompt tokens for the per-token time; TPOT
@@ -192,10 +203,12 @@ class _Problem:
                  predict: Predict, progress: Progress | None) -> None:
         self.targets, self.roles, self.predict = list(targets), list(roles), predict
         self.knobs, self.progress = knobs, progress
-        self.cache: dict[tuple[int, tuple[float, ...]], Latencies] = {}
+        self.cache: dict[tuple[int, tuple[tuple[str, float], ...]], Latencies] = {}
 
     def latencies(self, i: int, u: Sequence[float]) -> Latencies:
-        key = (i, tuple(round(x, 12) for x in u))
+        # keyed by the non-neutral values, so fits over different sets of knobs share it
+        key = (i, tuple((k.name, round(x, 12)) for k, x in zip(self.knobs, u, strict=True)
+                        if round(x, 12) != 0.0))
         got = self.cache.get(key)
         if got is None:
             got = self.predict(i, values_of(self.knobs, u, self.roles))
@@ -247,31 +260,76 @@ def _log_ratio(predicted: float | None, measured: float) -> float:
 
 def fit(targets: Sequence[Target], roles: Sequence[str], predict: Predict, *,
         progress: Progress | None = None) -> FitResult:
-    """Fit the corrections of ``roles`` to ``targets`` by replaying them with ``predict``."""
+    """Fit the corrections of ``roles`` to ``targets`` by replaying them with ``predict``.
+
+    The knobs the data determine are fitted as nested sets (none, the first, the first
+    two, ...), and the set whose leave-one-out error is least is kept
+    (:func:`_cross_validated`): a constant that lets the fit follow the measured points
+    without predicting the left-out ones better is not fitted."""
     knobs, warnings = knobs_for(roles, targets)
     prob = _Problem(targets, roles, knobs, predict, progress)
-    u = [0.0] * len(knobs)
-    base = prob.all_residuals(u, "as configured")
-    before = [prob.latencies(i, u) for i in range(len(targets))]
-    jac = prob.jacobian(u, base)
+    zero = [0.0] * len(knobs)
+    base = prob.all_residuals(zero, "as configured")
+    before = [prob.latencies(i, zero) for i in range(len(targets))]
+    jac = prob.jacobian(zero, base)
     keep, notes = _determined(knobs, jac)
     warnings += notes
-    knobs = [k for k, kept in zip(knobs, keep, strict=True) if kept]
-    prob.knobs = knobs
-    jac = [[[row[j] for j, kept in enumerate(keep) if kept] for row in rows] for rows in jac]
-    u = [0.0] * len(knobs)
-    u, base, jac = _levenberg_marquardt(prob, u, base, jac)
-    after = [prob.latencies(i, u) for i in range(len(targets))]
-    cross = _leave_one_out(prob, u, base, jac)
+    kept = [j for j, k in enumerate(keep) if k]
+    fits = [_fit_knobs(prob, [knobs[j] for j in kept[:n]], base,
+                       [[[row[j] for j in kept[:n]] for row in rows] for rows in jac])
+            for n in _sizes(len(kept), len(targets))]
+    chosen = min(fits, key=lambda f: f.score)
+    if len(fits) > 1 and chosen is not fits[-1]:
+        warnings.append(_dropped_note(fits[-1], chosen))
     if len(targets) < 3:
         warnings.append(f"{len(targets)} measured point(s): too few for a cross-validated "
                         "error to mean much; measure three loads or more")
-    values = values_of(knobs, u, roles)
-    fitted = {r: [k.field for k in knobs if k.role == r] for r in roles}
+    prob.knobs = chosen.knobs
+    values = values_of(chosen.knobs, chosen.u, roles)
+    after = [prob.latencies(i, chosen.u) for i in range(len(targets))]
+    fitted = {r: [k.field for k in chosen.knobs if k.role == r] for r in roles}
     points = tuple(PointFit(t, b, a, c)
-                   for t, b, a, c in zip(targets, before, after, cross, strict=True))
+                   for t, b, a, c in zip(targets, before, after, chosen.cross, strict=True))
     return FitResult(values=values, fitted=fitted, points=points, warnings=tuple(warnings),
                      replays=len(prob.cache))
+
+
+@attrs.frozen
+class _KnobFit:
+    knobs: list[Knob]
+    u: list[float]
+    cross: list[Latencies | None]
+    score: float  # squared log errors of the left-out predictions (inf: not scored)
+
+
+def _sizes(kept: int, points: int) -> list[int]:
+    """How many of the kept knobs each candidate fits: every nested set when there are
+    points enough to leave one out, else all of them."""
+    return list(range(kept + 1)) if points >= 3 and kept else [kept]
+
+
+def _fit_knobs(prob: _Problem, knobs: list[Knob], base: list[list[float]],
+               jac: list[list[list[float]]]) -> _KnobFit:
+    prob.knobs = knobs
+    u, res, jac = _levenberg_marquardt(prob, [0.0] * len(knobs), base, jac)
+    cross = _leave_one_out(prob, u, res, jac)
+    score = 0.0
+    for t, c in zip(prob.targets, cross, strict=True):
+        if c is None:
+            score = math.inf
+            break
+        score += _log_ratio(c[0], t.ttft_ms) ** 2
+        if t.tpot_ms is not None:
+            score += _log_ratio(c[1], t.tpot_ms) ** 2
+    # a larger set must predict the left-out points better by more than chance
+    return _KnobFit(knobs, u, cross, score * (1.0 + PARSIMONY * len(knobs)))
+
+
+def _dropped_note(full: _KnobFit, chosen: _KnobFit) -> str:
+    dropped = [k.name for k in full.knobs if k not in chosen.knobs]
+    return (f"not fitted: {', '.join(dropped)}: with them the fit predicts each measured "
+            "point from the others worse (leave-one-out), so they keep their neutral "
+            "values")
 
 
 def _determined(knobs: Sequence[Knob],
@@ -392,11 +450,13 @@ def _leave_one_out(prob: _Problem, u: list[float], base: list[list[float]],
     n = len(prob.targets)
     if n < 2:
         return [None] * n
+    if not u:
+        return [prob.latencies(i, u) for i in range(n)]
     out: list[Latencies | None] = []
     for i in range(n):
         others = [j for j in range(n) if j != i]
         step = _step(jac, base, u, 0.0, others, [k.prior for k in prob.knobs])
-        v = _clamp(prob.knobs, [x + d for x, d in zip(u, step, strict=True)]) if u else u
+        v = _clamp(prob.knobs, [x + d for x, d in zip(u, step, strict=True)])
         out.append(prob.latencies(i, v))
         prob.tick("cross-validating", i + 1, n)
     return out
