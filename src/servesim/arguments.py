@@ -151,9 +151,10 @@ def calibrate_arguments(cal: argparse.ArgumentParser) -> None:
                      help="write the calibration file (JSON) here")
     cal.add_argument("--format", choices=("text", "json"), default="text",
                      help="stdout format: tables, or the calibration file")
-    cal.add_argument("--output-spread", type=float, default=0.2, metavar="FRACTION",
+    cal.add_argument("--output-spread", type=float, default=None, metavar="FRACTION",
                      help="spread the replayed output lengths uniformly over mean x (1 +- "
-                     "FRACTION), as a benchmark's clients drift apart (0: in lockstep)")
+                     "FRACTION), as a benchmark's clients drift apart (0: in lockstep; "
+                     "default: the config's traffic.source.output_range_ratio, else 0.2)")
     cal.add_argument("--quiet", action="store_true", help="no progress bar")
 
 

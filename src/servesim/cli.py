@@ -398,7 +398,7 @@ def run_calibrate(args: argparse.Namespace, registry: EngineRegistry, out: Conso
     from servesim.calibrate.run import calibrate, document
     from servesim.render import calibration_tables
 
-    if not 0.0 <= args.output_spread < 1.0:  # also NaN
+    if args.output_spread is not None and not 0.0 <= args.output_spread < 1.0:  # also NaN
         raise ServesimError([Diagnostic(
             code=codes.BAD_ARGUMENT, location="--output-spread",
             message=f"must be in [0, 1), got {args.output_spread}",

@@ -185,3 +185,16 @@ def test_points_no_correction_explains_are_left_uncalibrated() -> None:
     assert any(w.startswith("not fitted: aggregated.prefill_scale") for w in result.warnings)
     for p in result.points:
         assert p.after == p.before == p.cross
+
+
+def test_the_replays_spread_comes_from_the_flag_then_the_config(
+        payload: Payload, tmp_path: Path) -> None:
+    from servesim.calibrate.run import OUTPUT_SPREAD, output_spread
+
+    assert output_spread(payload) == OUTPUT_SPREAD  # the config sets none
+    path = tmp_path / "spread.toml"
+    path.write_text(CONFIG + "[traffic.source]\ntype = \"synthetic\"\n"
+                    "output_range_ratio = 0.05\n")
+    own = compile_file(str(path), registry=REGISTRY)
+    assert output_spread(own) == 0.05
+    assert output_spread(own, 0.0) == 0.0  # --output-spread 0: the clients in lockstep

@@ -11,8 +11,9 @@ The clients of a measured closed loop drift apart after the first wave (their re
 do not finish in the same pass, as they would if every part of the server took exactly
 the modelled time); replayed in lockstep, every wave's prompts would queue together. So
 the output lengths are spread uniformly over ``mean x (1 +- spread)``, the synthetic
-source's ``output_range_ratio`` (``--output-spread``, default :data:`OUTPUT_SPREAD`; 0
-replays the clients in lockstep).
+source's ``output_range_ratio`` (``--output-spread``; by default the config's own
+``traffic.source.output_range_ratio``, else :data:`OUTPUT_SPREAD`; 0 replays the clients in
+lockstep).
 """
 
 from __future__ import annotations
@@ -163,11 +164,21 @@ def _same(a: str, b: str) -> bool:
         return a.strip().lower() == b.strip().lower()
 
 
+def output_spread(payload: Payload, given: float | None = None) -> float:
+    """The replays' output-length spread: ``given`` (``--output-spread``), else the config's
+    own ``traffic.source.output_range_ratio``, else :data:`OUTPUT_SPREAD`."""
+    if given is not None:
+        return given
+    ratio = getattr(payload.workload.source, "output_range_ratio", None)
+    return OUTPUT_SPREAD if ratio is None else float(ratio)
+
+
 def calibrate(payload: Payload, files: Sequence[MeasurementFile], *,
               registry: EngineRegistry, base_dir: Path | None,
-              spread: float = OUTPUT_SPREAD,
+              spread: float | None = None,
               progress: Progress | None = None) -> tuple[FitResult, list[str]]:
-    """Fit the corrections of every role of ``payload`` to the points of ``files``."""
+    """Fit the corrections of every role of ``payload`` to the points of ``files``
+    (``spread``: see :func:`output_spread`)."""
     points = [p for f in files for p in f.points]
     if len(points) > MAX_POINTS:
         raise ServesimError([Diagnostic(
@@ -188,7 +199,8 @@ def calibrate(payload: Payload, files: Sequence[MeasurementFile], *,
                 message="fixed timing has nothing to calibrate against the measurements",
                 hint='use timing.type = "default" (or the provider you mean to predict with)')])
     result = fit(targets(points), list(payload.roles), predictor(
-        payload, points, registry=registry, base_dir=base_dir, spread=spread),
+        payload, points, registry=registry, base_dir=base_dir,
+        spread=output_spread(payload, spread)),
         progress=progress)
     return result, notes + list(result.warnings)
 
