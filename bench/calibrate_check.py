@@ -118,8 +118,9 @@ def main() -> int:
     args = ap.parse_args()
     started = time.perf_counter()
     by: dict[tuple[str, str, str], list[calib.Setup]] = defaultdict(list)
-    for row, s in calib.iter_setups([r for r in calib.load_rows() if calib.counted(r)],
-                                    max_tokens=args.max_tokens):
+    rows = [r for r in calib.load_rows() if calib.counted(r)
+            and args.partition in " / ".join((r.system, r.backend, r.model))]
+    for row, s in calib.iter_setups(rows, max_tokens=args.max_tokens):
         if isinstance(s, calib.Setup):
             by[(row.system, row.backend, row.model)].append(s)
     print(f"{'partition':58} {'rows':>4} {'held':>4}  {'TTFT before':>11} {'after':>6}  "
