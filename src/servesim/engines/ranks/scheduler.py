@@ -890,6 +890,9 @@ class RankScheduler:
                 return outcome
         seq.num_computed = end
         if self.caching:
+            if len(reuse) > seq.num_published:
+                # The reused blocks answer their identities already: publish what follows.
+                seq.num_published = len(reuse)
             self._publish(seq, end // self.block_size)
         self._budget -= desired
         seq.pass_id = self._pass_id
