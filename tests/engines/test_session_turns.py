@@ -113,14 +113,15 @@ ROLE = RoleArgs(worker_type="aggregated", backend="vllm", model="m", hardware="h
 
 
 def _two_turns(evictor: bool) -> ListWorkload:
-    """Session ``s``: 14 prompt tokens and 3 output tokens, then a turn adding 5; with
-    ``evictor``, a 32-token request in between takes the whole pool."""
+    """Turns 1 and 2 of session ``s`` (its turn 0 is left out): 14 prompt tokens and 3
+    output tokens, then a turn adding 5; with ``evictor``, a 32-token request in between
+    takes the whole pool."""
     first = make_prompt([Segment(1, 14, repeat=False)])
     second = extend_prompt(first, [Segment(generated_key(0), 3, repeat=False),
                                    Segment(2, 5, repeat=False)])
-    specs = [RequestSpec(0, 0.0, first, 14, 3, session_id="s")]
+    specs = [RequestSpec(0, 0.0, first, 14, 3, session_id="s", turn_index=1)]
     turn = RequestSpec(1, 10.0 if evictor else 0.0, second, 22, 2, session_id="s",
-                       turn_index=1)
+                       turn_index=2)
     if evictor:
         specs.append(RequestSpec(2, 6.0, make_prompt([Segment(3, 32, repeat=False)]), 32, 1))
     return ListWorkload(specs, followups={0: [turn]})
@@ -155,6 +156,12 @@ def test_a_turn_takes_over_its_identities_and_finds_what_is_still_cached(
     assert records[1][5] == (0 if evictor else 16)
 
 
+def _turn(prompt: tuple[Segment, ...], request_id: int = 7, session_id: str | None = "s",
+          turn_index: int = 1) -> RequestSpec:
+    return RequestSpec(request_id, 0.0, prompt, prompt_length(prompt), 3,
+                       session_id=session_id, turn_index=turn_index)
+
+
 def test_turn_ids_are_taken_only_by_a_prompt_that_continues_the_turn() -> None:
     first = make_prompt([Segment(1, 9, repeat=False)])
     ids = BlockIds()
@@ -168,28 +175,35 @@ def test_turn_ids_are_taken_only_by_a_prompt_that_continues_the_turn() -> None:
         make_prompt([Segment(4, 9, repeat=False), output]),  # the output after other tokens
         first,  # no output at all
     ]
-    memo = TurnIds()
     for prompt in others:
-        memo.remember("s", 7, first, 2, ids, cursor)
+        memo = TurnIds()
+        memo.remember(_turn(first), 2, ids, cursor)
         assert memo.take("s", prompt) is None
-        assert memo.take("s", follow) is None  # used up by the failed take
-    memo.remember("s", 7, first, 2, ids, cursor)
+        # the session is marked: its turns are not kept any more
+        memo.remember(_turn(first), 2, ids, cursor)
+        assert memo.take("s", follow) is None
+    memo = TurnIds()
+    memo.remember(_turn(first), 2, ids, cursor)
     assert memo.take("other", follow) is None and memo.take(None, follow) is None
     taken = memo.take("s", follow)
     assert taken is not None and taken[1] == cursor
     assert taken[0].as_list() == ids.as_list() and taken[0] is not ids
+    assert memo.take("s", follow) is None  # used up
 
 
-def test_turn_ids_forget_the_oldest_session_beyond_their_limit() -> None:
+def test_turn_ids_keep_later_turns_and_forget_the_oldest_beyond_their_limit() -> None:
     ids = BlockIds.of([5])
     prompt = make_prompt([Segment(1, 4, repeat=False)])
-    follow = extend_prompt(prompt, [Segment(generated_key(0), 1, repeat=False)])
+    follow = extend_prompt(prompt, [Segment(generated_key(7), 1, repeat=False)])
     memo = TurnIds(limit=2)
     for sid in ("a", "b", "a", "c"):  # "a" again: the most recent, "b" goes
-        memo.remember(sid, 0, prompt, 1, ids, (0, 0))
+        memo.remember(_turn(prompt, session_id=sid), 1, ids, (0, 0))
     assert len(memo) == 2
     assert memo.take("b", follow) is None
     assert memo.take("a", follow) is not None and memo.take("c", follow) is not None
-    memo.remember(None, 0, prompt, 1, ids, (0, 0))  # not a session: nothing kept
-    memo.remember("d", 0, prompt, 1, BlockIds(), (0, 0))  # no identities: nothing kept
+    memo.remember(_turn(prompt, turn_index=0), 1, ids, (0, 0))  # a first (or only) turn
+    memo.remember(_turn(prompt, session_id=None), 1, ids, (0, 0))  # not a session
     assert len(memo) == 0
+    memo.remember(_turn(prompt, turn_index=5), 1, BlockIds(), (0, 0))  # no blocks yet: kept
+    taken = memo.take("s", follow)
+    assert taken is not None and len(taken[0]) == 0

@@ -14,12 +14,18 @@ turn's output segment, at least as long as the output its identities cover. Anyt
 (another session, a turn that ran on another rank, a prompt built otherwise) hashes from
 the start, as without it. The identities are pure functions of the tokens, so what the
 pool has evicted or preempted since does not matter here.
+
+Kept are the later turns (``turn_index`` at least 1: one-turn requests and a session's
+first, short, turn are not), of sessions whose turns have continued each other so far: a
+session whose next turn did not (a Mooncake trace's rows list every hash id) is marked, and
+its turns are not kept after that.
 """
 
 from __future__ import annotations
 
 from typing import Final, NamedTuple
 
+from servesim.engines.kernel.requests import RequestSpec
 from servesim.engines.kernel.tokens import BlockIds, Prompt, generated_key
 
 # Sessions remembered at most (the oldest forgotten first): each holds its last prompt and
@@ -42,40 +48,47 @@ class TurnIds:
 
     def __init__(self, limit: int = MAX_SESSIONS) -> None:
         self.limit = limit
-        self._last: dict[str, _Turn] = {}
+        # session -> its latest turn; None: its turns do not continue each other
+        self._last: dict[str, _Turn | None] = {}
 
     def __len__(self) -> int:
         return len(self._last)
 
-    def remember(self, session_id: str | None, request_id: int, prompt: Prompt,
-                 generated: int, hashes: BlockIds, cursor: tuple[int, int]) -> None:
-        """Request ``request_id`` of ``session_id`` finished after ``generated`` output
-        tokens; ``hashes`` are the identities of its complete blocks (prompt and output),
-        ``cursor`` where the walk of its prompt ended (a segment index at most
-        ``len(prompt)``)."""
-        if session_id is None or not hashes:
-            return
+    def _keep(self, session_id: str, turn: _Turn | None) -> None:
         last = self._last
         last.pop(session_id, None)
         if len(last) >= self.limit:
             del last[next(iter(last))]
-        last[session_id] = _Turn(request_id, prompt, generated, hashes, cursor)
+        last[session_id] = turn
+
+    def remember(self, spec: RequestSpec, generated: int, hashes: BlockIds,
+                 cursor: tuple[int, int]) -> None:
+        """``spec`` finished after ``generated`` output tokens; ``hashes`` are the
+        identities of its complete blocks (prompt and output), ``cursor`` where the walk of
+        its prompt ended (a segment index at most ``len(spec.prompt)``)."""
+        session_id = spec.session_id
+        if session_id is None or spec.turn_index == 0 or (
+                session_id in self._last and self._last[session_id] is None):
+            return
+        self._keep(session_id, _Turn(spec.request_id, spec.prompt, generated, hashes, cursor))
 
     def take(self, session_id: str | None, prompt: Prompt
              ) -> tuple[BlockIds, tuple[int, int]] | None:
         """If ``prompt`` continues the tokens of ``session_id``'s remembered turn, a copy of
         that turn's identities (the first ones of ``prompt``) and the cursor to resume the
-        walk from; else None. The session's entry is used up either way."""
+        walk from; else None. The remembered turn is used up either way; one that
+        ``prompt`` does not continue marks the session."""
         if session_id is None:
             return None
-        turn = self._last.pop(session_id, None)
+        turn = self._last.get(session_id)
         if turn is None:
             return None
+        del self._last[session_id]
         n = len(turn.prompt)
-        if len(prompt) <= n:
-            return None
-        output = prompt[n]
-        if (output.key != generated_key(turn.request_id) or output.repeat or output.offset
-                or output.length < turn.generated or prompt[:n] != turn.prompt):
+        output = prompt[n] if len(prompt) > n else None
+        if (output is None or output.key != generated_key(turn.request_id) or output.repeat
+                or output.offset or output.length < turn.generated
+                or prompt[:n] != turn.prompt):
+            self._keep(session_id, None)
             return None
         return turn.hashes.copy(), turn.cursor

@@ -1169,9 +1169,7 @@ class RankScheduler:
         del self.running[seq]
         self.pool.release(seq.lease)
         if self.turns is not None:
-            spec = seq.spec
-            self.turns.remember(spec.session_id, spec.request_id, spec.prompt, seq.generated,
-                                seq.hashes, seq.cursor)
+            self.turns.remember(seq.spec, seq.generated, seq.hashes, seq.cursor)
         if self.state is not None and seq.state is not None:
             self.state.release(seq.state, done=True)
         seq.num_published = 0
