@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from servesim.engines.disagg.engine import DisaggReplay
 from servesim.engines.kernel.requests import RequestSpec
 from servesim.engines.kernel.tokens import (
     BlockIds,
@@ -24,11 +25,11 @@ from servesim.engines.kernel.tokens import (
 )
 from servesim.engines.kernel.turns import TurnIds
 from servesim.engines.vllm import AggregatedReplay
-from servesim.payload import RoleArgs, TimingArgs
+from servesim.payload import RoleArgs, StateCacheArgs, TimingArgs
 from servesim.timing import make_timer
 
 from .conftest import ListWorkload
-from .strategies import Sink, check_drained, fresh, replayed, roles
+from .strategies import Sink, check_drained, fresh, kv_transfers, replayed, roles, speculations
 
 PARTS = st.lists(st.tuples(st.integers(0, 3), st.integers(1, 5), st.booleans()),
                  min_size=1, max_size=3)
@@ -76,15 +77,18 @@ def _longest(workload: ListWorkload) -> int:
     return max(s.input_length for s in turns) + 8
 
 
+def _without_turns(replay: Any) -> Any:
+    for worker in replay.workers:
+        for rank in worker.ranks:
+            rank.turns = None
+    return replay
+
+
 def _replay(role: RoleArgs, workload: ListWorkload, *, memo: bool
             ) -> Callable[[Sink], AggregatedReplay]:
     def make(sink: Sink) -> AggregatedReplay:
         replay = AggregatedReplay(role, make_timer(role), fresh(workload), sink, None)
-        if not memo:
-            for worker in replay.workers:
-                for rank in worker.ranks:
-                    rank.turns = None
-        return replay
+        return replay if memo else _without_turns(replay)
 
     return make
 
@@ -104,6 +108,41 @@ def test_turns_taking_over_identities_replay_exactly_like_turns_hashing_from_scr
     scratch, _ = replayed(_replay(role, workload, memo=False))
     assert taken == scratch
     check_drained(replay)
+
+
+@st.composite
+def disagg_scenarios(draw: st.DrawFn) -> tuple[RoleArgs, RoleArgs, Any, ListWorkload]:
+    """P/D: both pools cache prefixes; a state cache on both or neither, speculation or
+    not (deployment-wide)."""
+    workload = draw(sessions())
+    state = draw(st.booleans())
+    speculation = draw(st.one_of(st.none(), speculations()))
+
+    def role(worker_type: str) -> RoleArgs:
+        blocks = draw(st.integers(1, 2)) if state else 0
+        cache = StateCacheArgs(bytes_per_request=1, state_blocks=blocks,
+                               allocated_bytes_per_request=1) if state else None
+        return draw(roles(worker_type, _longest(workload), prefix_caching=True,
+                          num_gpu_blocks=st.integers(blocks + 1, 16), state_cache=cache,
+                          speculation=speculation, backend="vllm" if state else "sglang"
+                          if draw(st.booleans()) else "vllm"))
+
+    return role("prefill"), role("decode"), draw(kv_transfers()), workload
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(disagg_scenarios())
+def test_pd_session_turns_replay_exactly_like_turns_hashing_from_scratch(
+        case: tuple[RoleArgs, RoleArgs, Any, ListWorkload]) -> None:
+    prefill, decode, kv, workload = case
+
+    def make(memo: bool) -> Callable[[Sink], DisaggReplay]:
+        def build(sink: Sink) -> DisaggReplay:
+            replay = DisaggReplay(prefill, decode, kv, fresh(workload), sink)
+            return replay if memo else _without_turns(replay)
+        return build
+
+    assert replayed(make(True))[0] == replayed(make(False))[0]
 
 
 ROLE = RoleArgs(worker_type="aggregated", backend="vllm", model="m", hardware="h",
