@@ -779,7 +779,8 @@ class RankScheduler:
                 cached -= bs
         if self.state is not None:
             cached = self._state_hit(seq, length, len(hits), cached, needs_token)
-        return cached, hits.head(cached // bs)
+        keep = cached // bs
+        return cached, hits if keep == len(hits) else hits.head(keep)
 
     def _load_from_host(self, seq: SeqState, length: int) -> bool:
         """Start loading the blocks of ``seq``'s prefix that follow its GPU hits from the
