@@ -1,8 +1,14 @@
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from servesim.engines.kernel.requests import RequestSpec
 from servesim.engines.kernel.tokens import (
+    BlockIds,
     Segment,
     block_hashes,
+    block_ids,
     canonical,
+    extend_prompt,
     make_prompt,
     segment,
     truncate,
@@ -64,3 +70,58 @@ def test_a_request_keeps_its_prompt_canonical_so_identities_follow_the_tokens() 
     # segments that only look alike stay apart
     apart = (Segment(5, 8), Segment(5, 8, repeat=False), Segment(6, 4, repeat=False, offset=9))
     assert canonical(apart) == apart
+
+
+# -- prompts and identities grown turn by turn ------------------------------------------
+
+# segments drawn from few keys, both kinds, so that runs continue each other across turns
+SEGMENTS = st.builds(
+    lambda key, length, repeat, offset: Segment(key, length, repeat, 0 if repeat else offset),
+    st.integers(-2, 2), st.integers(0, 9), st.booleans(), st.sampled_from([0, 3, 5, 9]))
+TURNS = st.lists(st.lists(SEGMENTS, max_size=4), min_size=1, max_size=8)
+
+
+def _runs(ids: BlockIds) -> tuple[list[int], list[int], list[int]]:
+    return ids.bases, ids.firsts, ids.ends
+
+
+@settings(max_examples=400, deadline=None)
+@given(TURNS)
+def test_a_prompt_extended_turn_by_turn_is_the_canonical_prompt_of_all_its_tokens(
+        turns: list[list[Segment]]) -> None:
+    prompt = make_prompt(turns[0])
+    everything = list(turns[0])
+    for tail in turns[1:]:
+        prompt = extend_prompt(prompt, tail)
+        everything += tail
+        assert prompt == make_prompt(everything)
+        assert canonical(prompt) is prompt
+        assert RequestSpec(0, 0.0, prompt, 1, 1).prompt is prompt
+
+
+@settings(max_examples=400, deadline=None)
+@given(TURNS, st.integers(1, 7), st.data())
+def test_identities_grown_from_the_previous_turns_equal_those_from_scratch(
+        turns: list[list[Segment]], block_size: int, data: st.DataObject) -> None:
+    """Each turn hashes only from where the identities end, resuming the walk from the
+    cursor the previous walk returned while the segments before it are unchanged, and
+    gets exactly the runs (bases, identities, ends) a walk from the start gets."""
+    prompt: tuple[Segment, ...] = ()
+    ids = BlockIds()
+    cursor = (0, 0)
+    for tail in turns:
+        previous = prompt
+        prompt = extend_prompt(prompt, tail)
+        same = next((i for i, (a, b) in enumerate(zip(previous, prompt, strict=False))
+                     if a != b),
+                    min(len(previous), len(prompt)))
+        if cursor[0] > same:
+            cursor = (0, 0)  # a segment before the cursor changed (a merged run)
+        total = sum(seg.length for seg in prompt)
+        limit = data.draw(st.integers(len(ids) * block_size, total))
+        cursor = block_ids(prompt, block_size, ids, limit, len(ids) * block_size, cursor)
+        scratch = BlockIds()
+        block_ids(prompt, block_size, scratch, limit)
+        assert _runs(ids) == _runs(scratch)
+        assert cursor[0] <= len(prompt)
+        assert sum(seg.length for seg in prompt[:cursor[0]]) == cursor[1] <= len(ids) * block_size

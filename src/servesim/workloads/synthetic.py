@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 import attrs
 
 from servesim.engines.kernel.requests import RequestSpec
-from servesim.engines.kernel.tokens import Segment, generated_key
+from servesim.engines.kernel.tokens import Segment, extend_prompt, generated_key
 from servesim.workloads.lengths import LengthDistribution, make_sampler
 from servesim.workloads.spec import DEFAULT_POISSON_SEED, SessionSource, SyntheticSource
 
@@ -135,11 +135,10 @@ class SyntheticSession:
             return None
         rid = previous.request_id + 1
         n = self.inputs[turn]
-        prompt = (
-            *previous.prompt,
+        prompt = extend_prompt(previous.prompt, (
             Segment(generated_key(previous.request_id), previous.output_length, repeat=False),
             Segment(self._key(rid), n, repeat=False),
-        )
+        ))
         return RequestSpec(request_id=rid, arrival_ms=end_ms + src.inter_turn_delay_ms,
                            prompt=prompt,
                            input_length=previous.input_length + previous.output_length + n,

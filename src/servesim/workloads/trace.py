@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from servesim.engines.kernel.requests import RequestSpec
-from servesim.engines.kernel.tokens import Segment, generated_key
+from servesim.engines.kernel.tokens import Segment, extend_prompt, generated_key
 from servesim.workloads.mooncake import MooncakeReader, TraceRow
 
 
@@ -28,12 +28,11 @@ class TraceSession:
               previous: RequestSpec | None) -> RequestSpec:
         prompt, length = row.prompt, row.input_length
         if self.delta and previous is not None:
-            prompt = (
-                *previous.prompt,
+            prompt = extend_prompt(previous.prompt, (
                 Segment(generated_key(previous.request_id), previous.output_length,
                         repeat=False),
                 *row.prompt,
-            )
+            ))
             length = previous.input_length + previous.output_length + row.input_length
         return RequestSpec(request_id=row.index, arrival_ms=arrival_ms, prompt=prompt,
                            input_length=length, output_length=row.output_length,

@@ -81,9 +81,34 @@ def make_prompt(segments: Iterable[Segment]) -> Prompt:
     return tuple(out)
 
 
+# The prompt :func:`extend_prompt` made last: canonical by construction, so
+# :func:`canonical` (a request's converter, right after) returns it without a pass over it.
+_EXTENDED: Final[list[Prompt]] = [()]
+
+
+def extend_prompt(prompt: Prompt, tail: Iterable[Segment]) -> Prompt:
+    """``prompt`` (in canonical form, e.g. an earlier request's) followed by ``tail``, in
+    canonical form; costs the tail, not the prompt (a session turn's prompt from the
+    previous turn's, whatever the conversation's length)."""
+    new = make_prompt(tail)
+    if not new:
+        out = prompt
+    elif prompt and _continues(prompt[-1], new[0]):
+        # (the merged run continues whatever ``new[0]`` continued: still canonical)
+        last = prompt[-1]
+        out = (*prompt[:-1], last._replace(length=last.length + new[0].length), *new[1:])
+    else:
+        out = prompt + new
+    _EXTENDED[0] = out
+    return out
+
+
 def canonical(prompt: Sequence[Segment]) -> Prompt:
     """``prompt`` in canonical form: itself when it is a tuple already in that form (the
-    usual case, checked in one pass), else :func:`make_prompt` of it."""
+    usual case, checked in one pass, or none for the prompt :func:`extend_prompt` just
+    made), else :func:`make_prompt` of it."""
+    if prompt is _EXTENDED[0]:
+        return _EXTENDED[0]
     if type(prompt) is tuple:
         segments: Prompt = prompt
         last: Segment | None = None
@@ -139,6 +164,13 @@ class BlockIds:
     def __len__(self) -> int:
         ends = self.ends
         return ends[-1] if ends else 0
+
+    def copy(self) -> BlockIds:
+        out = BlockIds()
+        out.bases = self.bases.copy()
+        out.firsts = self.firsts.copy()
+        out.ends = self.ends.copy()
+        return out
 
     @overload
     def __getitem__(self, position: int) -> int: ...
@@ -238,20 +270,26 @@ def block_hashes(
 
 def block_ids(
     prompt: Sequence[Segment], block_size: int, out: BlockIds, limit: int | None = None,
-    start: int = 0,
-) -> None:
+    start: int = 0, cursor: tuple[int, int] = (0, 0),
+) -> tuple[int, int]:
     """Append to ``out`` the identities of the complete blocks among the first ``limit``
     tokens (None: all), from block ``start // block_size`` on; ``out`` holds the blocks
-    before it (``start`` is ``len(out) * block_size``)."""
+    before it (``start`` is ``len(out) * block_size``).
+
+    ``cursor`` ``(segment index, its first token)`` says where the walk may start looking
+    for block ``start``'s first token (at or before it); returns the cursor where this walk
+    ended, at or before the first token of the blocks still to hash. A cursor stays valid
+    for any prompt with the same segments before its index (a longer output, a later
+    session turn): a walk that resumes from it costs the blocks it hashes, not the prompt
+    before them."""
+    seg_i, pos = cursor  # pos: token position of segment seg_i's start
     total = prompt_length(prompt) if limit is None else limit
     n_blocks = total // block_size
     first = start // block_size
     if first >= n_blocks:
-        return
+        return cursor
     # (a tuple: the compiled build indexes it directly, a Sequence through the protocol)
     segments: Prompt = prompt if isinstance(prompt, tuple) else tuple(prompt)
-    pos = 0  # token position of the current segment's start
-    seg_i = 0
     block = first
     block_start = block * block_size
     # advance to the segment holding block_start
@@ -297,3 +335,4 @@ def block_ids(
         out.add(h, h, 1)
         seg_i, pos = i, p
         block += 1
+    return seg_i, pos

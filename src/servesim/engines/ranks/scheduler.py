@@ -77,6 +77,7 @@ from servesim.engines.kernel.tokens import (
     generated_key,
     segment,
 )
+from servesim.engines.kernel.turns import TurnIds
 from servesim.engines.ranks.token_ratio import CLIP_MAX_NEW_TOKENS, NewTokenRatio
 from servesim.errors import ReplayError
 from servesim.payload import RoleArgs
@@ -137,6 +138,9 @@ class SeqState:
     lease: Lease
     # Chained identities of complete blocks of prompt + generated tokens, grown lazily.
     hashes: BlockIds
+    # Where the last walk of the prompt for them ended (``block_ids``' cursor; a segment
+    # index at most ``len(spec.prompt)``, so it stays valid as the output grows).
+    cursor: tuple[int, int]
     num_published: int  # leading lease blocks that are cache-visible
     # What this request took in the current pass, so a later preemption can refund it.
     pass_id: int
@@ -164,6 +168,7 @@ class SeqState:
         self.admitted = False
         self.lease = Lease()
         self.hashes = BlockIds()
+        self.cursor = (0, 0)
         self.num_published = 0
         self.pass_id = -1
         self.pass_tokens = 0
@@ -224,6 +229,8 @@ class RankScheduler:
         self.max_sequences = role.max_sequences
         self.chunked = role.enable_chunked_prefill
         self.caching = role.prefix_caching
+        # the identities each session's next turn takes over (prefix caching on)
+        self.turns: TurnIds | None = TurnIds() if role.prefix_caching else None
         self.lifo = role.preemption_mode == "lifo"
         self.max_model_len = role.max_model_len
         self.total_kv_tokens = role.num_gpu_blocks * role.block_size
@@ -772,7 +779,8 @@ class RankScheduler:
                 cached -= bs
         if self.state is not None:
             cached = self._state_hit(seq, length, len(hits), cached, needs_token)
-        return cached, hits.head(cached // bs)
+        keep = cached // bs
+        return cached, hits if keep == len(hits) else hits.head(keep)
 
     def _load_from_host(self, seq: SeqState, length: int) -> bool:
         """Start loading the blocks of ``seq``'s prefix that follow its GPU hits from the
@@ -883,6 +891,9 @@ class RankScheduler:
                 return outcome
         seq.num_computed = end
         if self.caching:
+            if len(reuse) > seq.num_published:
+                # The reused blocks answer their identities already: publish what follows.
+                seq.num_published = len(reuse)
             self._publish(seq, end // self.block_size)
         self._budget -= desired
         seq.pass_id = self._pass_id
@@ -1158,6 +1169,8 @@ class RankScheduler:
     def _finish(self, seq: SeqState, out: RankPass) -> None:
         del self.running[seq]
         self.pool.release(seq.lease)
+        if self.turns is not None:
+            self.turns.remember(seq.spec, seq.generated, seq.hashes, seq.cursor)
         if self.state is not None and seq.state is not None:
             self.state.release(seq.state, done=True)
         seq.num_published = 0
@@ -1175,6 +1188,14 @@ class RankScheduler:
         have = len(seq.hashes)
         if have >= n_blocks:
             return
+        if have == 0 and self.turns is not None:
+            # A session's next turn: the previous turn's identities, when it continues it.
+            taken = self.turns.take(seq.spec.session_id, seq.spec.prompt)
+            if taken is not None:
+                seq.hashes, seq.cursor = taken
+                have = len(seq.hashes)
+                if have >= n_blocks:
+                    return
         bs = self.block_size
         if have * bs >= seq.prompt_len and n_blocks * bs <= seq.prompt_len + seq.generated:
             # Only generated tokens (a decode step completing a block): the generated
@@ -1187,7 +1208,9 @@ class RankScheduler:
         prompt = seq.spec.prompt
         if n_blocks * bs > seq.prompt_len:
             prompt = (*prompt, segment(generated_key(seq.spec.request_id), seq.generated, False))
-        block_ids(prompt, bs, seq.hashes, limit=n_blocks * bs, start=have * bs)
+        cursor = block_ids(prompt, bs, seq.hashes, n_blocks * bs, have * bs, seq.cursor)
+        if cursor[0] <= len(seq.spec.prompt):
+            seq.cursor = cursor
 
     def _unschedulable(self, seq: SeqState, tokens: int) -> ReplayError:
         from servesim.rules import prompt_over_budget
