@@ -95,6 +95,15 @@ def test_exact_sum_is_the_exact_sum_rounded_for_any_count(
     assert exact_sum([v for v, _ in pairs], [c for _, c in pairs]) == float(exact)
 
 
+@given(st.lists(st.tuples(st.floats(-1e250, 1e250, allow_nan=False),
+                          st.integers(1, 2**26 - 1)), max_size=40))
+def test_exact_sum_of_split_values_is_the_exact_sum_rounded(
+        pairs: list[tuple[float, int]]) -> None:
+    # the counts and magnitudes that take the split path (halves times counts, fsum)
+    exact = sum((Fraction(v) * c for v, c in pairs), Fraction(0))
+    assert exact_sum([v for v, _ in pairs], [c for _, c in pairs]) == float(exact)
+
+
 @pytest.mark.parametrize("count", [3, 2**26 - 1, 2**26 + 1, 3**20, 2**40 + 3])
 @pytest.mark.parametrize("value", [0.1, 1 / 3, 7.123456789, 1e-301, 1e290])
 def test_exact_sum_keeps_the_rounding_error_of_a_product(value: float, count: int) -> None:

@@ -19,7 +19,6 @@ have unread rows. Every problem is a :class:`~servesim.errors.WorkloadError` loc
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 import json.scanner
@@ -482,6 +481,8 @@ class MooncakeReader:
                         timestamp_ms=timestamp, delay_ms=delay_ms)
 
     def _unknown_key(self, key: str) -> None:
+        import difflib  # (on first use: only a misspelt key needs it)
+
         close = difflib.get_close_matches(key, ROW_KEYS, n=1)
         known = f"a row holds only {', '.join(ROW_KEYS)}"
         raise self._error(codes.TRACE_UNKNOWN_KEY, f"unknown key {_short(key)}",

@@ -113,7 +113,9 @@ def distribution(samples: Iterable[float], name: str, unit: str = "_ms") -> dict
 def exact_sum(values: Iterable[float], counts: Iterable[int]) -> float:
     """``math.fsum`` of every value repeated ``count`` times, in O(distinct values).
 
-    Both are the exact sum correctly rounded to a float. The usual way is C-level: scaled
+    Both are the exact sum correctly rounded to a float. The usual way is
+    :func:`_split_sum` (counts below ``2**26``, magnitudes within ``2**±900``). Else,
+    C-level: scaled
     by ``2**shift``, the smallest nonzero magnitude's unit in the last place times
     ``2**shift`` is at least 1, so every value becomes an exact integer, the integers
     times their counts sum exactly, and ``int / int`` rounds correctly. Magnitudes below
@@ -129,6 +131,8 @@ def exact_sum(values: Iterable[float], counts: Iterable[int]) -> float:
         return 0.0
     low = math.frexp(min(magnitudes))[1]  # ulp(value) >= 2**(low - 53) for every value
     high = math.frexp(max(magnitudes))[1]  # every magnitude < 2**high
+    if low >= -_SPLIT_RANGE and high <= _SPLIT_RANGE and max(counts) < _SPLIT_COUNT:
+        return _split_sum(values, counts)
     shift = max(53 - low, 0)
     if max(high, 0) + shift <= 1023:
         scaled = map(int, map(operator.mul, values, itertools.repeat(math.ldexp(1.0, shift))))
@@ -142,6 +146,29 @@ def exact_sum(values: Iterable[float], counts: Iterable[int]) -> float:
             exp = e
         num += (count * n) << (exp - e)
     return num / (1 << exp)
+
+
+# Veltkamp's split: ``value * (2**27 + 1)`` cuts a double into two halves of at most 26
+# significant bits each, exact in round-to-nearest while the product cannot overflow; a
+# half times a count below 2**26 is then an exact double (while it stays normal).
+_SPLITTER = 134217729.0
+_SPLIT_COUNT = 1 << 26
+_SPLIT_RANGE = 900  # binades either side of 1 in which halves and products stay normal
+
+
+def _split_sum(values: list[float], counts: list[int]) -> float:
+    """:func:`exact_sum` as ``math.fsum`` of exact products: each value split into two
+    halves (:data:`_SPLITTER`), each half times its count. fsum rounds the exact sum of
+    its inputs correctly, so this is the same float as the integer sum, without integers
+    of a hundred bits and more."""
+    parts: list[float] = []
+    for value, count in zip(values, counts, strict=True):
+        scaled = value * _SPLITTER
+        high = scaled - (scaled - value)
+        weight = float(count)
+        parts.append(high * weight)
+        parts.append((value - high) * weight)
+    return math.fsum(parts)
 
 
 def sorted_distribution(values: list[float], weights: list[int], name: str,
