@@ -319,6 +319,21 @@ def _same(passes: memoryview, first: int, tokens: memoryview, i: int, k: int) ->
     return passes[first:first + k].tobytes() == tokens[i:i + k].tobytes()
 
 
+def _emissions(times: array) -> array:
+    """``times`` without repeats: one time per emission (a speculative burst's tokens
+    share one), so no gap between two of them is zero."""
+    values: list[float] = times.tolist()
+    kept: list[float] = []
+    last = values[0] if values else 0.0
+    if values:
+        kept.append(last)
+    for t in values:
+        if t != last:
+            kept.append(t)
+            last = t
+    return array("d", kept)
+
+
 @mypyc_attr(allow_interpreted_subclasses=True)
 class MetricsCollector:
     """Accumulates finished requests and produces the flat report dict.
@@ -398,16 +413,18 @@ class MetricsCollector:
         """Count the ``n - 1`` gaps of a record's token ``times`` when each token is a pass
         end of ``ends``: the gaps inside a run of tokens at consecutive passes per pass, the
         gap between two runs by itself. False, with nothing counted, when a token is no
-        pass end or the tokens split into more than :data:`_MAX_RUNS` runs (speculative
-        bursts, whose tokens are as cheap to count one by one)."""
+        pass end or the tokens split into more than :data:`_MAX_RUNS` runs. The tokens of
+        a speculative burst share a time: a record with bursts counts the gaps of its
+        emissions (:func:`_emissions`), the same nonzero gaps."""
         if ends is None:
             return False
         self._fold_settled(ends)  # first: it shifts the pass indices
         runs: list[tuple[int, int]] = []  # (first pass, tokens) of each run, in order
+        burst = False
         # The views are released at once, so the worker can still append pass ends.
         with memoryview(ends) as passes, memoryview(times) as tokens:
             i = 0
-            while i < n:
+            while i < n and not burst:
                 if len(runs) == _MAX_RUNS:
                     return False
                 first = bisect.bisect_left(ends, times[i])
@@ -424,8 +441,13 @@ class MetricsCollector:
                     k = lo
                 if not k:
                     return False  # not a pass end: a token stamped some other way
+                # a run that ends inside a speculative burst (tokens of one emission)
+                burst = i + k < n and times[i + k] == times[i + k - 1]
                 runs.append((first, k))
                 i += k
+        if burst:  # the gaps are those of the emissions: count these
+            emissions = _emissions(times)
+            return self._count_runs(ends, emissions, len(emissions))
         cover = self._cover(ends, max(first + k for first, k in runs) + 1)
         i = 0
         for first, k in runs:
