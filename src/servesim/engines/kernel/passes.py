@@ -28,12 +28,11 @@ differential tests assert both give identical records and reports.
 from __future__ import annotations
 
 import bisect
-import sys
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, Generic, TypeVar
 
 from mypy_extensions import mypyc_attr
 
@@ -58,8 +57,6 @@ class Segment:
     ranks: list[Rank]  # the ranks with work, each running one token per request
     ends: array  # end time of every pass, in order
     waiting: list[bool]  # per rank: a request was waiting when the segment started
-    # per rank: its requests emit speculative bursts (advance_speculative)
-    speculative: list[bool]
 
 
 @dataclass(slots=True, eq=False, kw_only=True)
@@ -103,8 +100,6 @@ class PassWorker:
 W = TypeVar("W", bound=PassWorker)
 # A rank's steady decode steps: its timer, KV capacity (tokens), batch, active KV tokens.
 StepPlan = tuple[StepTimer, int, int, int]
-# A rank's steady speculative steps: its timer, KV capacity, batch, and their dry run.
-DryRun = tuple[StepTimer, int, int, Any]
 
 
 class PassEnd(Generic[W]):
@@ -281,29 +276,20 @@ class PassReplay(Replay, Generic[W]):
         (:meth:`_close`).
         """
         ranks: list[Rank] = []
-        speculative: list[bool] = []
         plans: list[StepPlan] = []
-        dry_runs: list[DryRun] = []
         steps = -1
         for rank in worker.ranks:
             if not rank.has_work:
                 continue  # stays idle: anything that would give it work touches the worker
             plan = rank.steady_plan()
-            ranks.append(rank)
-            speculative.append(plan is None)
             if plan is None:
-                dry = _speculative_steps(rank)
-                if dry is None:
-                    return False
-                dry_runs.append((rank.timer, rank.total_kv_tokens, len(dry.lengths), dry))
-                continue
+                return False
             k, n, active = plan
+            ranks.append(rank)
             plans.append((rank.timer, rank.total_kv_tokens, n, active))
             steps = k if steps < 0 else min(steps, k)
-        if not plans and not dry_runs:
+        if not plans:
             return False
-        if steps < 0:
-            steps = sys.maxsize  # speculative ranks only: their dry runs end the segment
         horizon = self._touch_horizon(worker)
         cutoff = self.workload.max_time_ms
         if cutoff is None:
@@ -311,13 +297,7 @@ class PassReplay(Replay, Generic[W]):
         times: list[float] = []
         t = self.now
         for j in range(steps):
-            duration = _steady_pass_ms(plans, j) if plans else 0.0
-            if dry_runs:
-                burst_ms = _speculative_pass_ms(dry_runs)
-                if burst_ms < 0.0:
-                    break
-                if burst_ms > duration:
-                    duration = burst_ms
+            duration = _steady_pass_ms(plans, j)
             if duration <= 0.0:
                 break
             end = t + duration
@@ -328,14 +308,13 @@ class PassReplay(Replay, Generic[W]):
             if end >= horizon:
                 break  # the pass in flight when the worker is touched
         k = len(times)
-        for rank, bursts in zip(ranks, speculative, strict=True):
-            if k and not bursts:  # (a dry run stops before its blocks run out)
+        for rank in ranks:
+            if k:
                 k = rank.steady_block_limit(k)
         if not k:
             return False
         ends = array("d", times[:k])
-        worker.segment = Segment(ranks, ends, [bool(rank.waiting) for rank in ranks],
-                                 speculative)
+        worker.segment = Segment(ranks, ends, [bool(rank.waiting) for rank in ranks])
         worker.busy = True
         worker.pass_start = self.now
         worker.end_entry = self.events.push(ends[-1], PHASE_ENGINE, worker.key, PassEnd(worker))
@@ -354,15 +333,10 @@ class PassReplay(Replay, Generic[W]):
         if not steps:
             return finished
         dp_size = len(worker.ranks)
-        for rank, waiting, speculative in zip(segment.ranks, segment.waiting,
-                                              segment.speculative, strict=True):
-            if speculative:
-                done = cast(Any, rank).advance_speculative(ends, self._stamp, worker.wave_step,
-                                                           dp_size, waiting)
-            else:
-                for seq in rank.running:
-                    self._stamp(seq).extend(ends)
-                done = rank.advance_steady(steps, worker.wave_step, dp_size, waiting)
+        for rank, waiting in zip(segment.ranks, segment.waiting, strict=True):
+            for seq in rank.running:
+                self._stamp(seq).extend(ends)
+            done = rank.advance_steady(steps, worker.wave_step, dp_size, waiting)
             if done is not None:
                 finished.append(done)
         worker.pass_ends.extend(ends)
@@ -465,28 +439,6 @@ def _hold_prompts(worker: PassWorker) -> bool:
         worker.balance_wait = 0
         return False
     return True
-
-
-def _speculative_steps(rank: Rank) -> Any:
-    """A dry run of ``rank``'s next steady speculative passes (``speculative_steps``, a
-    :class:`~servesim.engines.ranks.scheduler.SpeculativeSteps`), or None: not steady, or a
-    rank without the method (a plugin's runs its speculative passes one by one)."""
-    method = getattr(rank, "speculative_steps", None)
-    return None if method is None else method()
-
-
-def _speculative_pass_ms(dry_runs: list[DryRun]) -> float:
-    """Duration of the next pass of the speculative ranks ``dry_runs`` (their slowest decode
-    step, each dry run one pass further), or -1.0 when it is not steady on one of them."""
-    duration = 0.0
-    for timer, total, n, dry in dry_runs:
-        active = dry.step()
-        if active < 0:
-            return -1.0
-        d = 0.0 + timer.decode_ms(n, active, active // n, total)
-        if d > duration:
-            duration = d
-    return duration
 
 
 def _steady_pass_ms(plans: list[StepPlan], j: int) -> float:

@@ -7,9 +7,7 @@ first rejection ends the burst. Rates of exactly 0 and 1 are deterministic (``ra
 lies in ``[0, 1)``). No draft model, draft KV or lookup cost is modelled.
 
 The stream is seeded per rank (``seed + rank offset``) so a replay is reproducible and
-two ranks do not draw the same bursts. A dry run of later samples (:meth:`BurstSampler.peek`,
-which plans steady speculative passes ahead) draws values into a buffer that the samples
-then take first, so the bursts do not depend on whether a dry run came before.
+two ranks do not draw the same bursts.
 
 Each sampler counts its verification steps by drafts proposed and tokens emitted;
 :func:`acceptance_report` sums them over a run into the report's acceptance statistics,
@@ -32,15 +30,12 @@ from typing import Any
 class BurstSampler:
     """Seeded sampler of burst lengths (``1 .. num_speculative_tokens + 1``)."""
 
-    __slots__ = ("_ahead", "_next", "_random", "num_speculative_tokens", "rates", "steps")
+    __slots__ = ("_random", "num_speculative_tokens", "rates", "steps")
 
     def __init__(self, rates: Sequence[float], seed: int, offset: int = 0) -> None:
         self.rates = tuple(float(r) for r in rates)
         self.num_speculative_tokens = len(self.rates)
         self._random = random.Random(seed + offset)
-        # values a dry run drew ahead of the samples: the next sample takes _ahead[_next]
-        self._ahead: list[float] = []
-        self._next = 0
         # steps[drafts * (k + 2) + burst]: the steps that proposed ``drafts`` and emitted
         # ``burst`` tokens (k = num_speculative_tokens)
         self.steps = [0] * ((self.num_speculative_tokens + 1) * (self.num_speculative_tokens + 2))
@@ -60,53 +55,19 @@ class BurstSampler:
         Only the drafts that could still be used are drawn, so the stream a request sees
         depends on its remaining length, deterministically.
         """
-        drafts = self._drafts(limit)
-        burst = 1
-        rates = self.rates
-        if self._ahead:
-            burst, self._next = self._burst_ahead(self._next, drafts)
-            if self._next == len(self._ahead):
-                self._ahead.clear()
-                self._next = 0
-        else:
-            draw = self._random.random
-            for i in range(drafts):
-                if draw() < rates[i]:
-                    burst += 1
-                else:
-                    break
-        self.steps[drafts * (self.num_speculative_tokens + 2) + burst] += 1
-        return burst
-
-    def peek(self, position: int, limit: int | None = None) -> tuple[int, int]:
-        """A dry run of a later sample: the burst :meth:`sample` will return when
-        ``position`` values of the stream (counted from the next sample's) were drawn
-        before it, and the position after it. Nothing is counted or consumed."""
-        burst, index = self._burst_ahead(self._next + position, self._drafts(limit))
-        return burst, index - self._next
-
-    def _drafts(self, limit: int | None) -> int:
-        """The drafts a step proposes: those it could still use."""
         drafts = self.num_speculative_tokens
         if limit is not None and limit - 1 < drafts:
             drafts = max(limit - 1, 0)
-        return drafts
-
-    def _burst_ahead(self, index: int, drafts: int) -> tuple[int, int]:
-        """The burst drawn from the buffered values at ``index`` onwards (drawing more into
-        the buffer as needed), and the index after it."""
-        ahead, rates = self._ahead, self.rates
         burst = 1
+        draw = self._random.random
+        rates = self.rates
         for i in range(drafts):
-            if index == len(ahead):
-                ahead.append(self._random.random())
-            value = ahead[index]
-            index += 1
-            if value < rates[i]:
+            if draw() < rates[i]:
                 burst += 1
             else:
                 break
-        return burst, index
+        self.steps[drafts * (self.num_speculative_tokens + 2) + burst] += 1
+        return burst
 
 
 def acceptance_report(samplers: Iterable[BurstSampler | None]) -> dict[str, Any]:

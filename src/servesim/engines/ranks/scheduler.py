@@ -53,9 +53,8 @@ starts with the pass that evicts).
 
 from __future__ import annotations
 
-from array import array
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -700,7 +699,13 @@ class RankScheduler:
         self._pass_id += steps
         if self.ratio is not None:
             self.ratio.decoded(steps)
-        self._steady_cadence(steps, wave_step, dp_size, waiting)
+        # The cadence flag: a non-deferred pass sets it to "requests left waiting".
+        flag = self._prefill_capacity_bound
+        interval = self.prefill_interval
+        for j in range(min(steps, interval)):
+            if dp_size <= 1 or (wave_step + j) % interval == 0 or flag:
+                self._prefill_capacity_bound = waiting
+                break
         # In running order, as the last pass's emission would finish them.
         done = [seq for seq in running if seq.prompt_len + seq.generated >= seq.stop_len]
         if not done:
@@ -708,79 +713,6 @@ class RankScheduler:
         out = RankPass()
         for seq in done:
             self._finish(seq, out)
-        return out
-
-    def _steady_cadence(self, steps: int, wave_step: int, dp_size: int, waiting: bool) -> None:
-        """The prefill cadence flag after ``steps`` steady passes: a non-deferred pass sets
-        it to "requests left waiting" (``waiting``: some were when the passes started)."""
-        flag = self._prefill_capacity_bound
-        interval = self.prefill_interval
-        for j in range(min(steps, interval)):
-            if dp_size <= 1 or (wave_step + j) % interval == 0 or flag:
-                self._prefill_capacity_bound = waiting
-                break
-
-    # -- bulk advance of steady speculative decode ------------------------------------------
-
-    def speculative_steps(self) -> SpeculativeSteps | None:
-        """A dry run of the next passes (:class:`SpeculativeSteps`) if they start as steady
-        speculative decode steps, else None.
-
-        As :meth:`steady_plan` (every running request decoding, the batch within the token
-        budget, nothing admissible), with speculative bursts and without a state cache or
-        SGLang's policy: each pass reserves every request's longest burst, then samples
-        the bursts, so the passes differ and a dry run draws them ahead (the samples then
-        take the same values: :meth:`BurstSampler.peek`).
-        """
-        sampler = self.sampler
-        if sampler is None or self.state is not None or self.ratio is not None \
-                or self.separate_prefill:
-            return None
-        running = self.running
-        n = len(running)
-        if n == 0 or n > self.max_batched_tokens or not self._intake_blocked():
-            return None
-        for seq in running:
-            c = seq.num_computed
-            if c + 1 != seq.prompt_len + seq.generated or c < seq.prompt_len:
-                return None
-        return SpeculativeSteps(self, sampler)
-
-    def advance_speculative(self, ends: Sequence[float], stamp: Callable[[SeqState], array],
-                            wave_step: int, dp_size: int, waiting: bool) -> RankPass | None:
-        """Apply the steady speculative passes ending at ``ends`` (a dry run found them
-        steady), each as :meth:`execute_pass` runs it: every request's decode step, the
-        burst reservations, the bursts (their tokens stamped with ``stamp``); the last
-        pass's result if it finished requests. ``waiting`` as in :meth:`advance_steady`."""
-        sampler = self.sampler
-        assert sampler is not None
-        running = list(self.running)
-        bs, caching, preemptions = self.block_size, self.caching, self._preemptions
-        out = RankPass()
-        for end in ends:
-            assert not out.finished, "a speculative segment finished requests before its end"
-            self._pass_id += 1
-            pass_id = self._pass_id
-            for seq in running:  # Phase A's decode step, as execute_pass's fast path
-                c = seq.num_computed + 1
-                seq.num_computed = c
-                if caching and c % bs == 0:
-                    self._publish(seq, c // bs)
-                seq.pass_id = pass_id
-                seq.pass_tokens = 1
-                seq.pass_isl = -1
-            self._reserve_bursts(running)
-            out = RankPass()
-            self._emit_bursts(running, out, sampler)
-            times = array("d", (end,))
-            for seq in out.emitted:
-                stamp(seq).extend(times)
-            self._write_back()
-        assert self._preemptions == preemptions, "a steady burst reservation preempted"
-        self._steady_cadence(len(ends), wave_step, dp_size, waiting)
-        if not out.finished:
-            return None
-        out.emitted = []  # stamped already
         return out
 
     def _admit_waiting(
@@ -1203,12 +1135,7 @@ class RankScheduler:
         if decode:
             out.decode_ms = self.timer.decode_ms(n, active, active // n, self.total_kv_tokens)
             sampler = self.sampler
-        self._emit_bursts(ready, out, sampler)
-
-    def _emit_bursts(self, ready: list[SeqState], out: RankPass,
-                     sampler: BurstSampler | None) -> None:
-        """Each of ``ready`` emits a burst (one token without ``sampler``), in order."""
-        caching, bs, stateful = self.caching, self.block_size, self.state is not None
+        caching, bs = self.caching, self.block_size
         emitted: list[SeqState] = []
         for seq in ready:
             length = seq.prompt_len + seq.generated
@@ -1268,61 +1195,3 @@ class RankScheduler:
         problem = prompt_over_budget(self.role, seq.spec.request_id, tokens)
         assert problem is not None
         return ReplayError([problem])
-
-
-class SpeculativeSteps:
-    """A dry run of a rank's next steady speculative decode passes
-    (:meth:`RankScheduler.speculative_steps`): each :meth:`step` is one more pass, as
-    :meth:`RankScheduler.execute_pass` would run it, on copies of the lengths and lease
-    sizes, with the bursts the samples will draw (:meth:`BurstSampler.peek`)."""
-
-    def __init__(self, rank: RankScheduler, sampler: BurstSampler) -> None:
-        running = list(rank.running)
-        self.sampler = sampler
-        self.lengths = [seq.prompt_len + seq.generated for seq in running]
-        self.stops = [seq.stop_len for seq in running]
-        self.blocks = [seq.lease.size for seq in running]
-        pool = rank.pool
-        # with a host tier an eviction starts a write-back: the passes stop before one
-        self.available = pool.num_available if rank.host is None else pool.num_free
-        self.block_size = rank.block_size
-        self.widest = sampler.num_speculative_tokens + 1
-        self.position = 0  # values of the sampler's stream the passes so far draw
-        self.done = False  # the last pass finished a request
-
-    def step(self) -> int:
-        """The active KV tokens of the next pass's decode step (what prices it), or -1 if
-        that pass is not steady: a decode step's token outside its lease, burst
-        reservations that could fail (preempt) or evict, or a request finished in the
-        previous pass."""
-        if self.done:
-            return -1
-        lengths, stops, blocks = self.lengths, self.stops, self.blocks
-        bs, widest = self.block_size, self.widest
-        n = len(lengths)
-        need = 0
-        for i in range(n):
-            length = lengths[i]
-            if length - 1 >= blocks[i] * bs:
-                return -1  # the dangling token needs a block: not execute_pass's fast path
-            target = -(-min(length + widest, stops[i] - 1) // bs)
-            if target > blocks[i]:
-                need += target - blocks[i]
-        if need > self.available:
-            return -1
-        self.available -= need
-        active = 0
-        position = self.position
-        sampler = self.sampler
-        for i in range(n):
-            length = lengths[i]
-            target = -(-min(length + widest, stops[i] - 1) // bs)
-            if target > blocks[i]:
-                blocks[i] = target
-            active += length
-            burst, position = sampler.peek(position, stops[i] - length)
-            lengths[i] = length + burst
-            if length + burst >= stops[i]:
-                self.done = True
-        self.position = position
-        return active
