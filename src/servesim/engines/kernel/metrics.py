@@ -122,15 +122,15 @@ def exact_sum(values: Iterable[float], counts: Iterable[int]) -> float:
     ``2**-970`` or spread over more than about 970 binades, where the scale or the scaled
     largest would overflow a float, take each value's integer ratio instead.
     """
-    values = list(values)
-    counts = list(counts)
+    values = values if isinstance(values, list) else list(values)
+    counts = counts if isinstance(counts, list) else list(counts)
     if len(values) != len(counts):
         raise ValueError("exact_sum needs one count per value")
-    magnitudes = list(filter(None, map(abs, values)))
-    if not magnitudes:
+    smallest = min(filter(None, map(abs, values)), default=0.0)
+    if not smallest:
         return 0.0
-    low = math.frexp(min(magnitudes))[1]  # ulp(value) >= 2**(low - 53) for every value
-    high = math.frexp(max(magnitudes))[1]  # every magnitude < 2**high
+    low = math.frexp(smallest)[1]  # ulp(value) >= 2**(low - 53) for every value
+    high = math.frexp(max(map(abs, values)))[1]  # every magnitude < 2**high
     if low >= -_SPLIT_RANGE and high <= _SPLIT_RANGE and max(counts) < _SPLIT_COUNT:
         return _split_sum(values, counts)
     shift = max(53 - low, 0)
