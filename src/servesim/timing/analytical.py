@@ -101,6 +101,7 @@ from servesim.geometry import (
 )
 from servesim.geometry import kv_bytes_per_token as _kv_bytes_per_token
 from servesim.payload import RoleArgs
+from servesim.timing.decode_price import DecodePrice
 
 __all__ = [
     "AnalyticalConstants",
@@ -692,7 +693,7 @@ class AnalyticalTimer:
         "_classes",
         "_curve_b1",
         "_curve_b16",
-        "_decode_fixed",
+        "_decode",
         "_expert_s",
         "_gemm_c",
         "_geo",
@@ -721,8 +722,6 @@ class AnalyticalTimer:
         c = constants
         g = geometry
         self._geo = g
-        # per decode batch size: the terms of a decode pass that depend on nothing else
-        self._decode_fixed: dict[int, tuple[float, float, float]] = {}
         # each kernel class's compute efficiency relative to bf16's
         gemm_curve = c.gemm_fp8_curve if g.gemm_kernel == "fp8" else c.gemm_curve
         self._gemm_c = gemm_curve.scaled(c.gemm_scale * c.quant_level.get(g.gemm_kernel, 1.0))
@@ -785,6 +784,9 @@ class AnalyticalTimer:
         self._request_layers_ms = (g.num_layers * o.request_layer_us
                                    + moe_layers * o.request_moe_layer_us
                                    + mla_layers * o.request_mla_layer_us) * 1e-3
+        # the decode price, computed natively (the terms of a batch size, once, here)
+        self._decode = DecodePrice(g, self._mixers, c.kv_scale, self._attn_c, self._lin_c,
+                                   self._mem, self._decode_batch_terms)
 
     # -- building blocks (seconds) ------------------------------------------------------
 
@@ -972,46 +974,12 @@ class AnalyticalTimer:
     def decode_ms(
         self, batch: int, active_kv_tokens: int, mean_context: float, total_kv_tokens: int
     ) -> float:
-        if batch <= 0:
-            return 0.0
-        g = self._geo
-        n = float(batch)
-        # a verification forward computes every draft's position too: q tokens per request
-        # through the GEMMs, q queries over a context each request's KV is read for once
-        q = g.decode_queries
-        tokens = n * q
-        terms = self._decode_fixed.get(batch)
-        if terms is None:
-            terms = self._decode_fixed[batch] = self._decode_batch_terms(n, tokens)
-        gemm, comm, fixed = terms
-        full, sliding, linear = self._mixers
-        attn = 0.0
-        kv_eff = self.constants.kv_scale
-        ctx_total = float(max(active_kv_tokens, 0))
-        if full:
-            # a sparse layer reads each sequence's top-k tokens, picked by its indexer
-            # from every cached token
-            read = ctx_total
-            index = 0.0
-            if g.sparse_topk:
-                read = n * min(float(mean_context), g.sparse_topk)
-                index = max(g.index_flops * ctx_total * q / (g.index_peak * self._attn_c),
-                            self._mem_s(ctx_total * g.index_bytes) / kv_eff)
-            flops = 2.0 * g.heads_local * g.decode_score_dim * read * q
-            nbytes = read * g.kv_bytes_layer
-            attn += full * (max(flops / (g.attn_peak * self._attn_c),
-                                self._mem_s(nbytes) / kv_eff) + index)
-        if sliding:
-            w = float(g.sliding_window or mean_context)
-            ctx = n * min(float(mean_context), w)
-            flops = 2.0 * g.heads_local * g.decode_score_dim * ctx * q
-            attn += sliding * max(flops / (g.attn_peak * self._attn_c),
-                                  self._mem_s(ctx * g.kv_bytes_layer) / kv_eff)
-        if linear:
-            flops = tokens * g.linear_flops_per_token
-            attn += linear * max(flops / (g.attn_peak * self._lin_c),
-                                 self._mem_s(2.0 * n * g.state_bytes))
-        return (gemm + comm + attn + fixed) * 1e3
+        # GEMMs, communication and fixed overheads per batch size (_decode_batch_terms),
+        # and the attention layers: each sequence's KV read once per step, q queries each
+        # (a verification forward computes every draft's position); a sparse layer reads
+        # each sequence's top-k tokens and its indexer scores every cached token
+        # (servesim.timing.decode_price)
+        return self._decode.decode_ms(batch, active_kv_tokens, mean_context)
 
     def _decode_batch_terms(self, n: float, tokens: float) -> tuple[float, float, float]:
         """GEMMs, communication and fixed overheads of a decode pass of ``n`` requests
