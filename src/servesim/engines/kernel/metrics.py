@@ -114,11 +114,11 @@ def exact_sum(values: Iterable[float], counts: Iterable[int]) -> float:
     """``math.fsum`` of every value repeated ``count`` times, in O(distinct values).
 
     Both are the exact sum correctly rounded to a float. The usual way is
-    :func:`_split_sum` (counts below ``2**26``, magnitudes within ``2**±900``). Else,
-    C-level: scaled
-    by ``2**shift``, the smallest nonzero magnitude's unit in the last place times
-    ``2**shift`` is at least 1, so every value becomes an exact integer, the integers
-    times their counts sum exactly, and ``int / int`` rounds correctly. Magnitudes below
+    :func:`_split_sum` (counts below ``2**26``, magnitudes within ``2**±900``). Else, with
+    C-level integers: scaled by ``2**shift``, the smallest nonzero magnitude's unit in the
+    last place times ``2**shift`` is at least 1, so every value becomes an exact integer,
+    the integers times their counts sum exactly, and ``int / int`` rounds correctly.
+    Magnitudes below
     ``2**-970`` or spread over more than about 970 binades, where the scale or the scaled
     largest would overflow a float, take each value's integer ratio instead.
     """
