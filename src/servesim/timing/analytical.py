@@ -73,7 +73,6 @@ one pass, so there ``prefill_ms`` is a whole forward pass.
 
 from __future__ import annotations
 
-import bisect
 import json
 import math
 import statistics
@@ -101,7 +100,7 @@ from servesim.geometry import (
 )
 from servesim.geometry import kv_bytes_per_token as _kv_bytes_per_token
 from servesim.payload import RoleArgs
-from servesim.timing.decode_price import DecodePrice
+from servesim.timing.decode_price import DecodePrice, curve_at
 
 __all__ = [
     "AnalyticalConstants",
@@ -144,15 +143,7 @@ class Curve:
         return cls(tuple(float(p[0]) for p in points), tuple(float(p[1]) for p in points))
 
     def __call__(self, x: float) -> float:
-        xs, ys = self.xs, self.ys
-        if x <= xs[0]:
-            return ys[0]
-        if x >= xs[-1]:
-            return ys[-1]
-        lx = self._lx
-        i = bisect.bisect_right(xs, x)
-        t = (math.log2(x) - lx[i - 1]) / (lx[i] - lx[i - 1])
-        return ys[i - 1] + t * (ys[i] - ys[i - 1])
+        return curve_at(self.xs, self.ys, self._lx, x)
 
     def scaled(self, factor: float) -> Curve:
         return Curve(self.xs, tuple(min(1.0, y * factor) for y in self.ys))

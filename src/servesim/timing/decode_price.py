@@ -18,6 +18,19 @@ from typing import Any
 BatchTerms = Callable[[float, float], tuple[float, float, float]]
 
 
+def curve_at(xs: tuple[float, ...], ys: tuple[float, ...], lx: tuple[float, ...],
+             x: float) -> float:
+    """A piecewise-linear curve of ``log2(x)`` through ``(xs, ys)`` (``lx``: the ``log2``
+    of ``xs``), clamped at both ends: ``Curve.__call__`` of the analytical timing."""
+    if x <= xs[0]:
+        return ys[0]
+    if x >= xs[-1]:
+        return ys[-1]
+    i = bisect.bisect_right(xs, x)
+    t = (math.log2(x) - lx[i - 1]) / (lx[i] - lx[i - 1])
+    return ys[i - 1] + t * (ys[i] - ys[i - 1])
+
+
 def _larger(a: float, b: float) -> float:
     """``max(a, b)``: the first of them unless the second is larger."""
     return b if b > a else a
@@ -63,19 +76,7 @@ class DecodePrice:
         """Seconds to move ``nbytes`` through memory (the timer's ``_mem_s``)."""
         if nbytes <= 0:
             return 0.0
-        return nbytes / (self.mem_bw * self.mem_efficiency(nbytes))
-
-    def mem_efficiency(self, x: float) -> float:
-        """The memory curve at ``x`` (``Curve.__call__``)."""
-        xs, ys = self.mem_xs, self.mem_ys
-        if x <= xs[0]:
-            return ys[0]
-        if x >= xs[-1]:
-            return ys[-1]
-        lx = self.mem_lx
-        i = bisect.bisect_right(xs, x)
-        t = (math.log2(x) - lx[i - 1]) / (lx[i] - lx[i - 1])
-        return ys[i - 1] + t * (ys[i] - ys[i - 1])
+        return nbytes / (self.mem_bw * curve_at(self.mem_xs, self.mem_ys, self.mem_lx, nbytes))
 
     def decode_ms(self, batch: int, active_kv_tokens: int, mean_context: float) -> float:
         """The timer's ``decode_ms`` (its KV capacity does not enter the price)."""
