@@ -691,6 +691,7 @@ class AnalyticalTimer:
         "_layers_s",
         "_lin_c",
         "_link",
+        "_max_z",
         "_mem",
         "_mixers",
         "_moe_c",
@@ -727,6 +728,7 @@ class AnalyticalTimer:
         self._ar_s = c.allreduce_us * 1e-6
         self._expert_s = c.expert_us * 1e-6
         self._pair_bytes = g.hidden * ACT_BYTES * c.moe_act_passes
+        self._max_z = _max_z(g.moe_expert)  # (the same for every pass: computed once)
         policy = backend or backends.policy(g.backend)
         try:
             if policy is None:
@@ -824,7 +826,7 @@ class AnalyticalTimer:
         touched = n_local * q
         rank_pairs = pairs / g.moe_expert
         if g.moe_expert > 1:
-            z = _max_z(g.moe_expert)
+            z = self._max_z
             touched = min(n_local, touched + z * math.sqrt(n_local * q * (1.0 - q)))
             p = 1.0 / g.moe_expert
             rank_pairs = min(pairs, rank_pairs + z * math.sqrt(pairs * p * (1.0 - p)))
