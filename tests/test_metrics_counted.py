@@ -86,11 +86,38 @@ def test_gaps_counted_per_pass_equal_gaps_counted_per_token(
     assert per_pass["mean_itl_ms"] == (math.fsum(gaps) / len(gaps) if gaps else 0.0)
 
 
+def test_speculative_bursts_count_the_gaps_of_their_emissions() -> None:
+    # tokens of a burst share their pass's end; each request emits at every pass
+    ends = array("d", [1.0, 2.5, 3.0, 4.75, 6.0, 8.0, 8.5, 9.0, 11.0, 12.5])
+    bursts = [[1, 3, 1, 2, 4, 1], [2, 2, 1, 1, 3, 1, 2], [4, 1, 1, 1, 1, 1, 1, 2]]
+    records = []
+    for i, b in enumerate(bursts):
+        times = [t for t, k in zip(ends[i:i + len(b)], b, strict=True) for _ in range(k)]
+        records.append(RequestRecord(request_id=i, arrival_ms=0.0, input_length=1,
+                                     requested_output_length=len(times), status="completed",
+                                     token_times=array("d", times), pass_ends=ends))
+    per_pass = _itl_report(records)
+    assert per_pass == _itl_report([attrs.evolve(r, pass_ends=None) for r in records])
+    gaps = [b - a for i, b_ in enumerate(bursts) for a, b in
+            itertools.pairwise(ends[i:i + len(b_)])]
+    assert per_pass["num_itl_samples"] == len(gaps) == 5 + 6 + 7
+    assert per_pass["mean_itl_ms"] == math.fsum(gaps) / len(gaps)
+
+
 @given(st.lists(st.tuples(st.one_of(values, st.floats(0.0, 1e-300), st.floats(1e280, 1e290),
                                      st.floats(-1e6, 0.0)),
                           st.one_of(st.integers(1, 60), st.integers(1, 2**40))), max_size=40))
 def test_exact_sum_is_the_exact_sum_rounded_for_any_count(
         pairs: list[tuple[float, int]]) -> None:
+    exact = sum((Fraction(v) * c for v, c in pairs), Fraction(0))
+    assert exact_sum([v for v, _ in pairs], [c for _, c in pairs]) == float(exact)
+
+
+@given(st.lists(st.tuples(st.floats(-1e250, 1e250, allow_nan=False),
+                          st.integers(1, 2**26 - 1)), max_size=40))
+def test_exact_sum_of_split_values_is_the_exact_sum_rounded(
+        pairs: list[tuple[float, int]]) -> None:
+    # the counts and magnitudes that take the split path (halves times counts, fsum)
     exact = sum((Fraction(v) * c for v, c in pairs), Fraction(0))
     assert exact_sum([v for v, _ in pairs], [c for _, c in pairs]) == float(exact)
 

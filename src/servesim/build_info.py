@@ -42,6 +42,7 @@ COMPILED = (
     "servesim.engines.vllm.engine",
     "servesim.engines.disagg.engine",
     "servesim.engines.disagg.ranks",
+    "servesim.timing.decode_price",
     "servesim.timing.polynomial",
     "servesim.workloads.driver",
     "servesim.workloads.mooncake",

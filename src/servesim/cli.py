@@ -28,7 +28,6 @@ from servesim import codes
 from servesim.arguments import parser
 from servesim.commands import COMMANDS, load
 from servesim.compiler import compile_source
-from servesim.compiler.model.resolved import ResolvedConfig, ValidatedConfig
 from servesim.compiler.source import SourceText, read_input
 from servesim.console import open_closed_streams
 from servesim.errors import Diagnostic, PayloadError, PluginError, ReplayError, ServesimError
@@ -147,6 +146,9 @@ def _registry(modules: list[str]) -> EngineRegistry:
 
 def run_compile(args: argparse.Namespace, registry: EngineRegistry, out: Console,
                 err: Console) -> int:
+    from servesim.compiler.model.resolved import ResolvedConfig, ValidatedConfig
+    from servesim.render import resolved_tree
+
     output = _output_path(args.output, "-o")
     _not_an_input({"-o": args.output}, [args.config])
     source = config_source(args.config, args.set)
@@ -171,7 +173,6 @@ def run_compile(args: argparse.Namespace, registry: EngineRegistry, out: Console
     elif args.format == "json":
         out.file.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
     elif isinstance(artifact, (ResolvedConfig, ValidatedConfig)):
-        from servesim.render import resolved_tree
 
         resolved = artifact.resolved if isinstance(artifact, ValidatedConfig) else artifact
         out.print(resolved_tree(resolved))

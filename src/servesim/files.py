@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -116,6 +115,8 @@ def whole_file(path: str | Path, *, keep_on_interrupt: bool = False) -> Iterator
         mode = os.stat(target).st_mode & 0o7777
     except FileNotFoundError:
         mode = 0o666 & ~umask
+    import tempfile  # (on first use: tempfile imports shutil, random)
+
     fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=target.parent)
     keep = False
     try:

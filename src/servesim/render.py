@@ -6,7 +6,7 @@ Only this module and :mod:`servesim.cli` import rich; everything else returns da
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 from rich.console import Console
@@ -14,10 +14,12 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from servesim.compiler.model.resolved import Provenance, ResolvedConfig
 from servesim.errors import Diagnostic, format_path
 from servesim.payload import RoleArgs, role_field_path
 from servesim.workloads.spec import workload_to_data
+
+if TYPE_CHECKING:  # (the compiler's modules load with a config, not with a payload)
+    from servesim.compiler.model.resolved import Provenance, ResolvedConfig
 
 REJECTED_WHY = ("prompt at or over the context length, or more tokens than a rank's KV cache "
                 "holds")
@@ -74,6 +76,8 @@ def _fmt(value: Any) -> str:
 
 def resolved_tree(cfg: ResolvedConfig) -> Tree:
     """Every resolved field, marked authored / defaulted / derived (with its formula)."""
+    from servesim.compiler.model.resolved import Provenance
+
     prov, payload = cfg.provenance, cfg.payload
     root = Tree(Text(f"engine  (mode {payload.mode}, engine {payload.engine})", style="bold"))
     if payload.engine_options:

@@ -65,6 +65,18 @@ def test_hash_ids_are_interned_in_first_seen_order_across_rows(write_trace: Writ
     assert prompt_length(second.prompt) == 1100
 
 
+def test_a_byte_order_mark_is_dropped_and_bad_utf8_is_named(tmp_path: Path) -> None:
+    row = {"hash_ids": [1], "input_length": 10, "output_length": 3, "session_id": "s"}
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(row).encode() + b"\n"
+                     + b"\xef\xbb\xbf" + json.dumps(row).encode() + b"\n")
+    first, second = rows_of(path)
+    assert (first.input_length, second.session_id) == (10, "s")
+    path.write_bytes(json.dumps(row).encode() + b"\n\xef\xbb\n")
+    with pytest.raises(WorkloadError, match=r"bom.jsonl:2: the line is not valid UTF-8"):
+        rows_of(path)
+
+
 def test_aliases_and_blank_lines(write_trace: WriteTrace) -> None:
     path = write_trace([
         {"hash_ids": [1], "input_tokens": 10, "output_tokens": 3, "created_time": 5},

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import socket
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -117,6 +116,8 @@ def _probe() -> None:
     url = urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
     host, port = url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http"
                                                                  else 443)
+    import socket  # (on first use)
+
     try:
         socket.create_connection((host, port), timeout=PROBE_TIMEOUT_S).close()
     except (OSError, ValueError) as exc:

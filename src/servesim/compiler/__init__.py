@@ -4,15 +4,27 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from servesim.compiler.context import CompileContext, Registry
-from servesim.compiler.pipeline import STAGES, Stage, run
 from servesim.compiler.source import SourceText
-from servesim.payload import Payload
+
+if TYPE_CHECKING:
+    from servesim.compiler.pipeline import STAGES, Stage
+    from servesim.payload import Payload
 
 __all__ = ["STAGES", "CompileContext", "SourceText", "compile_file", "compile_source",
            "compile_text"]
+
+
+def __getattr__(name: str) -> Any:
+    """The passes are imported on first use: a module that reads a config's source or
+    replays a compiled payload (``servesim replay payload.json``) loads none of them."""
+    if name == "STAGES":
+        from servesim.compiler.pipeline import STAGES
+
+        return STAGES
+    raise AttributeError(f"module 'servesim.compiler' has no attribute {name!r}")
 
 
 def default_registry() -> Registry:
@@ -28,6 +40,8 @@ def compile_source(source: SourceText, *, registry: Registry | None = None,
                    stop_after: Stage = "lower",
                    on_stage: Callable[[Stage, Any], None] | None = None) -> Any:
     """Run the pipeline; returns the artifact of ``stop_after`` (a Payload by default)."""
+    from servesim.compiler.pipeline import run
+
     ctx = CompileContext(registry=registry if registry is not None else default_registry(),
                          base_dir=source.base_dir)
     return run(source, ctx, stop_after=stop_after, on_stage=on_stage)

@@ -73,7 +73,6 @@ one pass, so there ``prefill_ms`` is a whole forward pass.
 
 from __future__ import annotations
 
-import bisect
 import json
 import math
 import statistics
@@ -101,6 +100,7 @@ from servesim.geometry import (
 )
 from servesim.geometry import kv_bytes_per_token as _kv_bytes_per_token
 from servesim.payload import RoleArgs
+from servesim.timing.decode_price import DecodePrice, curve_at
 
 __all__ = [
     "AnalyticalConstants",
@@ -143,15 +143,7 @@ class Curve:
         return cls(tuple(float(p[0]) for p in points), tuple(float(p[1]) for p in points))
 
     def __call__(self, x: float) -> float:
-        xs, ys = self.xs, self.ys
-        if x <= xs[0]:
-            return ys[0]
-        if x >= xs[-1]:
-            return ys[-1]
-        lx = self._lx
-        i = bisect.bisect_right(xs, x)
-        t = (math.log2(x) - lx[i - 1]) / (lx[i] - lx[i - 1])
-        return ys[i - 1] + t * (ys[i] - ys[i - 1])
+        return curve_at(self.xs, self.ys, self._lx, x)
 
     def scaled(self, factor: float) -> Curve:
         return Curve(self.xs, tuple(min(1.0, y * factor) for y in self.ys))
@@ -692,13 +684,14 @@ class AnalyticalTimer:
         "_classes",
         "_curve_b1",
         "_curve_b16",
-        "_decode_fixed",
+        "_decode",
         "_expert_s",
         "_gemm_c",
         "_geo",
         "_layers_s",
         "_lin_c",
         "_link",
+        "_max_z",
         "_mem",
         "_mixers",
         "_moe_c",
@@ -721,8 +714,6 @@ class AnalyticalTimer:
         c = constants
         g = geometry
         self._geo = g
-        # per decode batch size: the terms of a decode pass that depend on nothing else
-        self._decode_fixed: dict[int, tuple[float, float, float]] = {}
         # each kernel class's compute efficiency relative to bf16's
         gemm_curve = c.gemm_fp8_curve if g.gemm_kernel == "fp8" else c.gemm_curve
         self._gemm_c = gemm_curve.scaled(c.gemm_scale * c.quant_level.get(g.gemm_kernel, 1.0))
@@ -737,6 +728,7 @@ class AnalyticalTimer:
         self._ar_s = c.allreduce_us * 1e-6
         self._expert_s = c.expert_us * 1e-6
         self._pair_bytes = g.hidden * ACT_BYTES * c.moe_act_passes
+        self._max_z = _max_z(g.moe_expert)  # (the same for every pass: computed once)
         policy = backend or backends.policy(g.backend)
         try:
             if policy is None:
@@ -785,6 +777,9 @@ class AnalyticalTimer:
         self._request_layers_ms = (g.num_layers * o.request_layer_us
                                    + moe_layers * o.request_moe_layer_us
                                    + mla_layers * o.request_mla_layer_us) * 1e-3
+        # the decode price, computed natively (the terms of a batch size, once, here)
+        self._decode = DecodePrice(g, self._mixers, c.kv_scale, self._attn_c, self._lin_c,
+                                   self._mem, self._decode_batch_terms)
 
     # -- building blocks (seconds) ------------------------------------------------------
 
@@ -831,7 +826,7 @@ class AnalyticalTimer:
         touched = n_local * q
         rank_pairs = pairs / g.moe_expert
         if g.moe_expert > 1:
-            z = _max_z(g.moe_expert)
+            z = self._max_z
             touched = min(n_local, touched + z * math.sqrt(n_local * q * (1.0 - q)))
             p = 1.0 / g.moe_expert
             rank_pairs = min(pairs, rank_pairs + z * math.sqrt(pairs * p * (1.0 - p)))
@@ -972,46 +967,12 @@ class AnalyticalTimer:
     def decode_ms(
         self, batch: int, active_kv_tokens: int, mean_context: float, total_kv_tokens: int
     ) -> float:
-        if batch <= 0:
-            return 0.0
-        g = self._geo
-        n = float(batch)
-        # a verification forward computes every draft's position too: q tokens per request
-        # through the GEMMs, q queries over a context each request's KV is read for once
-        q = g.decode_queries
-        tokens = n * q
-        terms = self._decode_fixed.get(batch)
-        if terms is None:
-            terms = self._decode_fixed[batch] = self._decode_batch_terms(n, tokens)
-        gemm, comm, fixed = terms
-        full, sliding, linear = self._mixers
-        attn = 0.0
-        kv_eff = self.constants.kv_scale
-        ctx_total = float(max(active_kv_tokens, 0))
-        if full:
-            # a sparse layer reads each sequence's top-k tokens, picked by its indexer
-            # from every cached token
-            read = ctx_total
-            index = 0.0
-            if g.sparse_topk:
-                read = n * min(float(mean_context), g.sparse_topk)
-                index = max(g.index_flops * ctx_total * q / (g.index_peak * self._attn_c),
-                            self._mem_s(ctx_total * g.index_bytes) / kv_eff)
-            flops = 2.0 * g.heads_local * g.decode_score_dim * read * q
-            nbytes = read * g.kv_bytes_layer
-            attn += full * (max(flops / (g.attn_peak * self._attn_c),
-                                self._mem_s(nbytes) / kv_eff) + index)
-        if sliding:
-            w = float(g.sliding_window or mean_context)
-            ctx = n * min(float(mean_context), w)
-            flops = 2.0 * g.heads_local * g.decode_score_dim * ctx * q
-            attn += sliding * max(flops / (g.attn_peak * self._attn_c),
-                                  self._mem_s(ctx * g.kv_bytes_layer) / kv_eff)
-        if linear:
-            flops = tokens * g.linear_flops_per_token
-            attn += linear * max(flops / (g.attn_peak * self._lin_c),
-                                 self._mem_s(2.0 * n * g.state_bytes))
-        return (gemm + comm + attn + fixed) * 1e3
+        # GEMMs, communication and fixed overheads per batch size (_decode_batch_terms),
+        # and the attention layers: each sequence's KV read once per step, q queries each
+        # (a verification forward computes every draft's position); a sparse layer reads
+        # each sequence's top-k tokens and its indexer scores every cached token
+        # (servesim.timing.decode_price)
+        return self._decode.decode_ms(batch, active_kv_tokens, mean_context)
 
     def _decode_batch_terms(self, n: float, tokens: float) -> tuple[float, float, float]:
         """GEMMs, communication and fixed overheads of a decode pass of ``n`` requests

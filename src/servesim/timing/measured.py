@@ -38,12 +38,10 @@ from __future__ import annotations
 import bisect
 import hashlib
 import json
-import logging
 import math
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -216,6 +214,8 @@ Engine = Any  # aiconfigurator_core.AicEngine
 
 
 def _package_version() -> str:
+    from importlib import metadata  # (on first use, as logging below: a replay seldom needs them)
+
     try:
         return metadata.version(PACKAGE)
     except metadata.PackageNotFoundError:
@@ -265,6 +265,8 @@ def _query(fn: Callable[..., float], *args: int) -> float:
 @contextmanager
 def _quiet() -> Iterator[None]:
     """The package logs which of its tables it loads; servesim's output stays its own."""
+    import logging
+
     log = logging.getLogger("aiconfigurator_core")
     level = log.level
     log.setLevel(logging.ERROR)

@@ -19,7 +19,6 @@ have unread rows. Every problem is a :class:`~servesim.errors.WorkloadError` loc
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 import json.scanner
@@ -129,7 +128,7 @@ def count_session_rows(path: Path) -> dict[str, int]:
             if raw is None or (b"session_id" not in raw and b"\\u" not in raw):
                 continue
             try:
-                obj = json.loads(raw.decode("utf-8-sig"))
+                obj = json.loads(_text(raw))
             except (ValueError, RecursionError):
                 continue
             if isinstance(obj, dict) and "session_id" in obj:
@@ -145,6 +144,12 @@ def count_session_rows(path: Path) -> dict[str, int]:
 # The C scanner behind ``json.loads``, called directly: loads' wrappers (three Python
 # frames and two regular-expression matches per line) cost a third as much as the scan.
 _scan_once = json.scanner.make_scanner(cast(Any, json.JSONDecoder()))
+
+
+def _text(raw: bytes) -> str:
+    """``raw.decode("utf-8-sig")`` (a leading BOM dropped, as in configs), without the
+    codec's Python-level function: a trace decodes every line."""
+    return (raw[3:] if raw.startswith(b"\xef\xbb\xbf") else raw).decode("utf-8")
 
 
 def _loads(text: str) -> Any:
@@ -309,7 +314,7 @@ class MooncakeReader:
 
     def _parse(self, raw: bytes) -> TraceRow:
         try:
-            obj = _loads(raw.strip().decode("utf-8-sig"))  # a BOM as in configs
+            obj = _loads(_text(raw.strip()))
         except UnicodeDecodeError as exc:
             if self._line == 1 and raw.startswith(b"\x1f\x8b"):
                 raise self._error(codes.TRACE_BAD_JSON, "the file is gzip-compressed",
@@ -482,6 +487,8 @@ class MooncakeReader:
                         timestamp_ms=timestamp, delay_ms=delay_ms)
 
     def _unknown_key(self, key: str) -> None:
+        import difflib  # (on first use: only a misspelt key needs it)
+
         close = difflib.get_close_matches(key, ROW_KEYS, n=1)
         known = f"a row holds only {', '.join(ROW_KEYS)}"
         raise self._error(codes.TRACE_UNKNOWN_KEY, f"unknown key {_short(key)}",

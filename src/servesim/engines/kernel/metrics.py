@@ -113,22 +113,26 @@ def distribution(samples: Iterable[float], name: str, unit: str = "_ms") -> dict
 def exact_sum(values: Iterable[float], counts: Iterable[int]) -> float:
     """``math.fsum`` of every value repeated ``count`` times, in O(distinct values).
 
-    Both are the exact sum correctly rounded to a float. The usual way is C-level: scaled
-    by ``2**shift``, the smallest nonzero magnitude's unit in the last place times
-    ``2**shift`` is at least 1, so every value becomes an exact integer, the integers
-    times their counts sum exactly, and ``int / int`` rounds correctly. Magnitudes below
+    Both are the exact sum correctly rounded to a float. The usual way is
+    :func:`_split_sum` (counts below ``2**26``, magnitudes within ``2**±900``). Else, with
+    C-level integers: scaled by ``2**shift``, the smallest nonzero magnitude's unit in the
+    last place times ``2**shift`` is at least 1, so every value becomes an exact integer,
+    the integers times their counts sum exactly, and ``int / int`` rounds correctly.
+    Magnitudes below
     ``2**-970`` or spread over more than about 970 binades, where the scale or the scaled
     largest would overflow a float, take each value's integer ratio instead.
     """
-    values = list(values)
-    counts = list(counts)
+    values = values if isinstance(values, list) else list(values)
+    counts = counts if isinstance(counts, list) else list(counts)
     if len(values) != len(counts):
         raise ValueError("exact_sum needs one count per value")
-    magnitudes = list(filter(None, map(abs, values)))
-    if not magnitudes:
+    smallest = min(filter(None, map(abs, values)), default=0.0)
+    if not smallest:
         return 0.0
-    low = math.frexp(min(magnitudes))[1]  # ulp(value) >= 2**(low - 53) for every value
-    high = math.frexp(max(magnitudes))[1]  # every magnitude < 2**high
+    low = math.frexp(smallest)[1]  # ulp(value) >= 2**(low - 53) for every value
+    high = math.frexp(max(map(abs, values)))[1]  # every magnitude < 2**high
+    if low >= -_SPLIT_RANGE and high <= _SPLIT_RANGE and max(counts) < _SPLIT_COUNT:
+        return _split_sum(values, counts)
     shift = max(53 - low, 0)
     if max(high, 0) + shift <= 1023:
         scaled = map(int, map(operator.mul, values, itertools.repeat(math.ldexp(1.0, shift))))
@@ -142,6 +146,32 @@ def exact_sum(values: Iterable[float], counts: Iterable[int]) -> float:
             exp = e
         num += (count * n) << (exp - e)
     return num / (1 << exp)
+
+
+# Veltkamp's split: ``value * (2**27 + 1)`` cuts a double into two halves of at most 26
+# significant bits each, exact in round-to-nearest while the product cannot overflow; a
+# half times a count below 2**26 is then an exact double (while it stays normal).
+_SPLITTER = 134217729.0
+_SPLIT_COUNT = 1 << 26
+_SPLIT_RANGE = 900  # binades either side of 1 in which halves and products stay normal
+
+
+def _split_sum(values: list[float], counts: list[int]) -> float:
+    """:func:`exact_sum` as ``math.fsum`` of exact products: each value split into two
+    halves (:data:`_SPLITTER`), each half times its count. fsum rounds the exact sum of
+    its inputs correctly, so this is the same float as the integer sum, without integers
+    of a hundred bits and more. The parts are an array (16 bytes a value, not 64 as float
+    objects in a list): a report may sum millions of distinct gaps."""
+    n = len(values)
+    parts = array("d", bytes(16 * n))
+    for i in range(n):  # (by index: the compiled loop reads the lists unboxed)
+        value = values[i]
+        scaled = value * _SPLITTER
+        high = scaled - (scaled - value)
+        weight = float(counts[i])
+        parts[2 * i] = high * weight
+        parts[2 * i + 1] = (value - high) * weight
+    return math.fsum(parts)
 
 
 def sorted_distribution(values: list[float], weights: list[int], name: str,
@@ -292,6 +322,21 @@ def _same(passes: memoryview, first: int, tokens: memoryview, i: int, k: int) ->
     return passes[first:first + k].tobytes() == tokens[i:i + k].tobytes()
 
 
+def _emissions(times: array) -> array:
+    """``times`` without repeats: one time per emission (a speculative burst's tokens
+    share one), so no gap between two of them is zero."""
+    values: list[float] = times.tolist()
+    kept: list[float] = []
+    last = values[0] if values else 0.0
+    if values:
+        kept.append(last)
+    for t in values:
+        if t != last:
+            kept.append(t)
+            last = t
+    return array("d", kept)
+
+
 @mypyc_attr(allow_interpreted_subclasses=True)
 class MetricsCollector:
     """Accumulates finished requests and produces the flat report dict.
@@ -371,16 +416,18 @@ class MetricsCollector:
         """Count the ``n - 1`` gaps of a record's token ``times`` when each token is a pass
         end of ``ends``: the gaps inside a run of tokens at consecutive passes per pass, the
         gap between two runs by itself. False, with nothing counted, when a token is no
-        pass end or the tokens split into more than :data:`_MAX_RUNS` runs (speculative
-        bursts, whose tokens are as cheap to count one by one)."""
+        pass end or the tokens split into more than :data:`_MAX_RUNS` runs. The tokens of
+        a speculative burst share a time: a record with bursts counts the gaps of its
+        emissions (:func:`_emissions`), the same nonzero gaps."""
         if ends is None:
             return False
         self._fold_settled(ends)  # first: it shifts the pass indices
         runs: list[tuple[int, int]] = []  # (first pass, tokens) of each run, in order
+        burst = False
         # The views are released at once, so the worker can still append pass ends.
         with memoryview(ends) as passes, memoryview(times) as tokens:
             i = 0
-            while i < n:
+            while i < n and not burst:
                 if len(runs) == _MAX_RUNS:
                     return False
                 first = bisect.bisect_left(ends, times[i])
@@ -397,8 +444,13 @@ class MetricsCollector:
                     k = lo
                 if not k:
                     return False  # not a pass end: a token stamped some other way
+                # a run that ends inside a speculative burst (tokens of one emission)
+                burst = i + k < n and times[i + k] == times[i + k - 1]
                 runs.append((first, k))
                 i += k
+        if burst:  # the gaps are those of the emissions: count these
+            emissions = _emissions(times)
+            return self._count_runs(ends, emissions, len(emissions))
         cover = self._cover(ends, max(first + k for first, k in runs) + 1)
         i = 0
         for first, k in runs:
