@@ -264,7 +264,7 @@ def fit(targets: Sequence[Target], roles: Sequence[str], predict: Predict, *,
 
     The knobs the data determine are fitted as nested sets (none, the first, the first
     two, ...), and the set whose leave-one-out error is least is kept
-    (:func:`_cross_validated`): a constant that lets the fit follow the measured points
+    (:func:`_fit_knobs` scores each): a constant that lets the fit follow the measured points
     without predicting the left-out ones better is not fitted."""
     knobs, warnings = knobs_for(roles, targets)
     prob = _Problem(targets, roles, knobs, predict, progress)
