@@ -43,6 +43,7 @@ nothing scans the pool.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
 from itertools import repeat
@@ -63,7 +64,7 @@ class _Extent:
     otherwise.
     """
 
-    __slots__ = ("base", "key", "live", "piece", "ref", "stamp")
+    __slots__ = ("base", "key", "live", "named", "piece", "ref", "stamp")
 
     def __init__(self, key: int, base: int) -> None:
         self.key = key
@@ -72,6 +73,15 @@ class _Extent:
         self.piece: list[_Piece | None] = []
         self.stamp: list[_Released | None] = []
         self.live = 0  # active plus inactive blocks; the pool drops the extent at 0
+        # offsets from here on never had an identity: retired ones at the end may be
+        # handed out again (see BlockPool._settle)
+        self.named = 0
+
+    def name(self, piece: _Piece, lo: int, hi: int) -> None:
+        """Blocks ``lo .. hi - 1`` answer through ``piece``."""
+        self.piece[lo:hi] = [piece] * (hi - lo)
+        if hi > self.named:
+            self.named = hi
 
     def grow(self, lease: Lease, count: int) -> None:
         """Append ``count`` active blocks (one reference each), to ``lease`` too."""
@@ -277,6 +287,26 @@ def _same_from(items: list, value: object, lo: int, top: int) -> int:
     return good
 
 
+def _named_from(items: list, lo: int, top: int) -> int:
+    """The start of the stretch of ``items[lo:top]`` that ends at ``top`` and holds no
+    None (``items[top - 1]`` is not), found like :func:`_same_from`."""
+    good, step = top - 1, 1
+    while good > lo:
+        probe = max(lo, good - step)
+        if None in items[probe:good]:
+            lo = probe + 1  # the last None lies in probe .. good - 1
+            break
+        good = probe
+        step *= 2
+    while good > lo:
+        mid = (good + lo) // 2
+        if None in items[mid:good]:
+            lo = mid + 1
+        else:
+            good = mid
+    return good
+
+
 def _stretches(items: list, value: object) -> list[tuple[int, int]]:
     """The maximal stretches ``(lo, hi)`` of ``items`` holding only ``value``, in order."""
     out: list[tuple[int, int]] = []
@@ -380,23 +410,31 @@ class BlockPool:
 
     # -- prefix cache -----------------------------------------------------------------
 
-    def lookup(self, identities: BlockIds | Iterable[int], max_blocks: int) -> Lease:
+    def lookup(self, identities: BlockIds | Iterable[int], max_blocks: int,
+               known: Lease | None = None) -> Lease:
         """Blocks answering the longest cached prefix of ``identities[:max_blocks]`` (a
-        lease the caller has not referenced yet: pass it to :meth:`allocate`)."""
+        lease the caller has not referenced yet: pass it to :meth:`allocate`).
+
+        ``known`` (from :meth:`answering`): blocks that answered the first identities
+        when it was taken. While all of them still carry an identity they still answer
+        those (a block's identity never changes, and at most one block answers one), so
+        the walk starts after them: a session's next turn looks up its new blocks only."""
         ids = _ids(identities)
-        out = Lease()
-        index = self._index
         limit = min(max_blocks, len(ids))
+        out = known.head(limit) if known and self._named(known) else Lease()
+        lo = out.size
+        if lo >= limit:
+            return out
+        index = self._index
         bases, firsts, ends = ids.bases, ids.firsts, ids.ends
-        lo = 0
-        for r in range(len(ends)):
-            if lo >= limit:
-                break
+        r = bisect_right(ends, lo)
+        while lo < limit:
             hi = ends[r] if ends[r] < limit else limit
             base = bases[r]
-            off = firsts[r] - base
+            off = firsts[r] - base + lo - (ends[r - 1] if r else 0)
             want = hi - lo
             lo = hi
+            r += 1
             pieces = index.get(base)
             if pieces is None:
                 return out
@@ -409,6 +447,28 @@ class BlockPool:
                 out.append(piece.ext, start, start + take)
                 off += take
                 want -= take
+        return out
+
+    def _named(self, lease: Lease) -> bool:
+        """Whether every block of ``lease`` is live and carries an identity."""
+        extents = self._extents
+        for ext, lo, hi in lease.runs:
+            if extents.get(ext.key) is not ext or None in ext.piece[lo:hi]:
+                return False
+        return True
+
+    def answering(self, lease: Lease, count: int) -> Lease:
+        """The leading blocks of ``lease[:count]`` that carry an identity, as a lease, for
+        a later :meth:`lookup` of the identities ``lease`` was published or looked up
+        under (``known``). For a token lease: only a state cache's blocks are forgotten
+        and named anew."""
+        out = Lease()
+        for ext, lo, hi in lease.head(count).runs:
+            named = ext.piece[lo:hi]
+            if None in named:
+                out.append(ext, lo, lo + named.index(None))
+                break
+            out.append(ext, lo, hi)
         return out
 
     def cached_prefix(self, identities: BlockIds | Iterable[int]) -> int:
@@ -466,7 +526,7 @@ class BlockPool:
                 or ext.piece[first:top].count(None) != top - first):
             return False
         piece.hi = top
-        ext.piece[first:top] = [piece] * (top - first)
+        ext.name(piece, first, top)
         return True
 
     def _name(self, ext: _Extent, lo: int, count: int, base: int, off: int) -> None:
@@ -477,7 +537,7 @@ class BlockPool:
             if ext.piece[lo:lo + count].count(None) == count:
                 piece = _Piece(ext, lo, lo + count, base, off)
                 self._index[base] = [piece]
-                ext.piece[lo:lo + count] = [piece] * count
+                ext.name(piece, lo, lo + count)
             return
         end = off + count
         free = [(off, end)]
@@ -497,7 +557,7 @@ class BlockPool:
             else:
                 piece = grown
                 piece.hi = first + b - a
-            ext.piece[first:first + b - a] = [piece] * (b - a)
+            ext.name(piece, first, first + b - a)
 
     @staticmethod
     def _extendable(pieces: list[_Piece], ext: _Extent, lo: int, off: int) -> _Piece | None:
@@ -755,18 +815,26 @@ class BlockPool:
     def _settle(self, ext: _Extent, lo: int, hi: int, released: list[_Released]) -> int:
         """Blocks ``lo .. hi - 1`` of ``ext`` lost their last reference: named ones become
         inactive (new release runs, top down, appended to ``released``), anonymous ones
-        retire. Returns how many became inactive. Walks pieces and anonymous stretches,
-        not blocks."""
+        retire. Returns how many became inactive. Walks stretches of named and anonymous
+        blocks, not blocks (nor pieces: a stretch is found by C-level slice scans).
+
+        Retired blocks at the end of the extent that never had an identity are dropped
+        from it (their offsets, and ids, are handed out again; nobody can name them), so
+        the lease that reuses the blocks below them next (a session's next turn
+        recomputing this turn's partial last block) grows the extent instead of starting
+        one: its lease stays one run. Not with a host tier listening, whose runs follow
+        the pieces an eviction reports, which would merge across such a seam."""
         named_of = ext.piece
         cached = retired = 0
         top = hi
         while top > lo:
-            piece = named_of[top - 1]
-            if piece is None:
+            if named_of[top - 1] is None:
                 bottom = _same_from(named_of, None, lo, top)
                 retired += top - bottom
+                if top == len(named_of) and bottom >= ext.named and self.on_evict is None:
+                    del ext.ref[bottom:], named_of[bottom:], ext.stamp[bottom:]
             else:
-                bottom = piece.lo if piece.lo > lo else lo
+                bottom = _named_from(named_of, lo, top)
                 cached += top - bottom
                 last = released[-1] if released else None
                 if last is not None and last.ext is ext and last.lo == top:
