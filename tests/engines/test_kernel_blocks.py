@@ -72,13 +72,19 @@ def _replay_case_32() -> BlockPool:
     return pool
 
 
+def _published(pool: BlockPool, ids: BlockIds, count: int) -> Lease:
+    """A lease of ``count`` fresh blocks, published under ``ids``."""
+    lease = Lease()
+    assert pool.allocate(lease, count)
+    pool.publish(lease, ids, 0, count)
+    return lease
+
+
 def test_release_keeps_the_parent_when_a_leaf_is_evicted() -> None:
     # Spec case 33.
     pool = BlockPool(2, 4)
     h = _hashes((1, 8))
-    lease = Lease()
-    assert pool.allocate(lease, 2)
-    pool.publish(lease, h, 0, 2)
+    lease = _published(pool, h, 2)
     pool.release(lease)
     assert pool.allocate(Lease(), 1)  # an unrelated 1-block request
     assert len(pool.lookup(h, 2)) == 1  # the parent survives, the leaf is gone
@@ -350,9 +356,7 @@ def test_a_partial_last_block_is_regrown_by_the_lease_reusing_the_blocks_below_i
 def test_a_lookup_resumes_after_known_blocks_only_while_all_still_answer() -> None:
     pool = BlockPool(4, 4)
     ids = _hashes((1, 16))
-    lease = Lease()
-    assert pool.allocate(lease, 4)
-    pool.publish(lease, ids, 0, 4)
+    lease = _published(pool, ids, 4)
     known = pool.answering(lease, 4)
     pool.release(lease)
     assert pool.lookup(ids, 4, known) == known.blocks()

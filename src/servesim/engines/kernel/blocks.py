@@ -35,8 +35,11 @@ blocks (SGLang's page size 1) costs what a pool of 64-token blocks does.
   forgetting one of their blocks invalidates it lazily (it leaves its run's stamp and
   the run counts it stale).
 
-A block id is ``extent key * num_blocks + offset`` and is never reused: a free block has
-no id (the free blocks are a count); an evicted or freed block's id is retired with it.
+A block id is ``extent key * num_blocks + offset``: a free block has no id (the free
+blocks are a count); an evicted or freed block's id is retired with it, and never handed
+out again once the block had an identity (one that never had one, at the end of its
+extent, is: a session's next turn grows the extent over its previous turn's partial last
+block, see :meth:`BlockPool._settle`).
 Every operation costs O(runs and pieces touched) plus C-level slice work per block;
 nothing scans the pool.
 """
@@ -60,8 +63,8 @@ class _Extent:
     Per offset: ``ref`` (references), ``piece`` (the piece through which the block
     answers lookups, or None) and ``stamp`` (the release run holding it in the LRU, or
     None). A block is active if ``ref > 0``, inactive if ``ref == 0`` with a piece (then
-    it has a stamp), and retired (freed or evicted; its id is never handed out again)
-    otherwise.
+    it has a stamp), and retired (freed or evicted) otherwise; ``named`` bounds the
+    offsets that ever had an identity.
     """
 
     __slots__ = ("base", "key", "live", "named", "piece", "ref", "stamp")
