@@ -258,7 +258,7 @@ class _Unknowing(TurnIds):
 
     def take(self, session_id: str | None, prompt: Any) -> Any:
         taken = super().take(session_id, prompt)
-        return None if taken is None else (taken[0], taken[1], Lease())
+        return None if taken is None else (taken[0], taken[1], None)
 
 
 def _variant(role: RoleArgs, workload: ListWorkload, variant: str

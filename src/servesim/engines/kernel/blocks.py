@@ -63,11 +63,11 @@ class _Extent:
     Per offset: ``ref`` (references), ``piece`` (the piece through which the block
     answers lookups, or None) and ``stamp`` (the release run holding it in the LRU, or
     None). A block is active if ``ref > 0``, inactive if ``ref == 0`` with a piece (then
-    it has a stamp), and retired (freed or evicted) otherwise; ``named`` bounds the
-    offsets that ever had an identity.
+    it has a stamp), and retired (freed or evicted) otherwise; ``forgotten`` bounds the
+    offsets of blocks that lost their identity while held.
     """
 
-    __slots__ = ("base", "key", "live", "named", "piece", "ref", "stamp")
+    __slots__ = ("base", "forgotten", "key", "live", "piece", "ref", "stamp")
 
     def __init__(self, key: int, base: int) -> None:
         self.key = key
@@ -76,15 +76,10 @@ class _Extent:
         self.piece: list[_Piece | None] = []
         self.stamp: list[_Released | None] = []
         self.live = 0  # active plus inactive blocks; the pool drops the extent at 0
-        # offsets from here on never had an identity: retired ones at the end may be
-        # handed out again (see BlockPool._settle)
-        self.named = 0
-
-    def name(self, piece: _Piece, lo: int, hi: int) -> None:
-        """Blocks ``lo .. hi - 1`` answer through ``piece``."""
-        self.piece[lo:hi] = [piece] * (hi - lo)
-        if hi > self.named:
-            self.named = hi
+        # No block from this offset on lost its identity while held: the blocks there
+        # that a release retires never had one (an evicted block retires otherwise), and
+        # at the end of the extent they may be handed out again (see BlockPool._settle).
+        self.forgotten = 0
 
     def grow(self, lease: Lease, count: int) -> None:
         """Append ``count`` active blocks (one reference each), to ``lease`` too."""
@@ -424,17 +419,21 @@ class BlockPool:
         the walk starts after them: a session's next turn looks up its new blocks only."""
         ids = _ids(identities)
         limit = min(max_blocks, len(ids))
-        out = known.head(limit) if known and self._named(known) else Lease()
-        lo = out.size
-        if lo >= limit:
-            return out
+        if known is not None and self._named(known):
+            out = known.head(limit)
+            lo = out.size
+            r = bisect_right(ids.ends, lo)
+            skip = lo - ids.ends[r - 1] if r else lo  # blocks of run r already found
+        else:
+            out = Lease()
+            lo = r = skip = 0
         index = self._index
         bases, firsts, ends = ids.bases, ids.firsts, ids.ends
-        r = bisect_right(ends, lo)
         while lo < limit:
             hi = ends[r] if ends[r] < limit else limit
             base = bases[r]
-            off = firsts[r] - base + lo - (ends[r - 1] if r else 0)
+            off = firsts[r] - base + skip
+            skip = 0
             want = hi - lo
             lo = hi
             r += 1
@@ -529,7 +528,7 @@ class BlockPool:
                 or ext.piece[first:top].count(None) != top - first):
             return False
         piece.hi = top
-        ext.name(piece, first, top)
+        ext.piece[first:top] = [piece] * (top - first)
         return True
 
     def _name(self, ext: _Extent, lo: int, count: int, base: int, off: int) -> None:
@@ -540,7 +539,7 @@ class BlockPool:
             if ext.piece[lo:lo + count].count(None) == count:
                 piece = _Piece(ext, lo, lo + count, base, off)
                 self._index[base] = [piece]
-                ext.name(piece, lo, lo + count)
+                ext.piece[lo:lo + count] = [piece] * count
             return
         end = off + count
         free = [(off, end)]
@@ -560,7 +559,7 @@ class BlockPool:
             else:
                 piece = grown
                 piece.hi = first + b - a
-            ext.name(piece, first, first + b - a)
+            ext.piece[first:first + b - a] = [piece] * (b - a)
 
     @staticmethod
     def _extendable(pieces: list[_Piece], ext: _Extent, lo: int, off: int) -> _Piece | None:
@@ -779,7 +778,9 @@ class BlockPool:
             return
         self._unname(ext, offset, offset + 1)
         run = ext.stamp[offset]
-        if run is not None:  # inactive
+        if run is None:  # active
+            ext.forgotten = max(ext.forgotten, offset + 1)
+        else:  # inactive
             run.stale += 1
             ext.stamp[offset] = None
             self._num_inactive -= 1
@@ -821,11 +822,12 @@ class BlockPool:
         retire. Returns how many became inactive. Walks stretches of named and anonymous
         blocks, not blocks (nor pieces: a stretch is found by C-level slice scans).
 
-        Retired blocks at the end of the extent that never had an identity are dropped
-        from it (their offsets, and ids, are handed out again; nobody can name them), so
-        the lease that reuses the blocks below them next (a session's next turn
+        Retired blocks at the end of the extent that never had an identity (none was
+        forgotten while held: an evicted block retires elsewhere) are dropped from it:
+        their offsets, and ids, are handed out again (nobody holds an identity of them),
+        so the lease that reuses the blocks below them next (a session's next turn
         recomputing this turn's partial last block) grows the extent instead of starting
-        one: its lease stays one run. Not with a host tier listening, whose runs follow
+        one, and stays one run. Not with a host tier listening, whose runs follow
         the pieces an eviction reports, which would merge across such a seam."""
         named_of = ext.piece
         cached = retired = 0
@@ -834,7 +836,8 @@ class BlockPool:
             if named_of[top - 1] is None:
                 bottom = _same_from(named_of, None, lo, top)
                 retired += top - bottom
-                if top == len(named_of) and bottom >= ext.named and self.on_evict is None:
+                if (top == len(named_of) and bottom >= ext.forgotten
+                        and self.on_evict is None):
                     del ext.ref[bottom:], named_of[bottom:], ext.stamp[bottom:]
             else:
                 bottom = _named_from(named_of, lo, top)

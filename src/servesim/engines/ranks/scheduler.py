@@ -144,7 +144,7 @@ class SeqState:
     num_published: int  # leading lease blocks that are cache-visible
     # Blocks that answered the first identities (a session's previous turn's, on this
     # rank): lookups resume after them while they still do (BlockPool.lookup).
-    known: Lease
+    known: Lease | None
     # What this request took in the current pass, so a later preemption can refund it.
     pass_id: int
     pass_tokens: int
@@ -173,7 +173,7 @@ class SeqState:
         self.hashes = BlockIds()
         self.cursor = (0, 0)
         self.num_published = 0
-        self.known = NO_BLOCKS
+        self.known = None
         self.pass_id = -1
         self.pass_tokens = 0
         self.pass_isl = -1
@@ -1172,7 +1172,7 @@ class RankScheduler:
 
     def _finish(self, seq: SeqState, out: RankPass) -> None:
         del self.running[seq]
-        if self.turns is not None:
+        if self.turns is not None and self.turns.keeps(seq.spec):
             known = self.pool.answering(seq.lease, seq.num_published)
             self.turns.remember(seq.spec, seq.generated, seq.hashes, seq.cursor, known)
         self.pool.release(seq.lease)
