@@ -833,14 +833,15 @@ class BlockPool:
         cached = retired = 0
         top = hi
         while top > lo:
-            if named_of[top - 1] is None:
+            piece = named_of[top - 1]
+            if piece is None:
                 bottom = _same_from(named_of, None, lo, top)
                 retired += top - bottom
                 if (top == len(named_of) and bottom >= ext.forgotten
                         and self.on_evict is None):
                     del ext.ref[bottom:], named_of[bottom:], ext.stamp[bottom:]
-            else:
-                bottom = _named_from(named_of, lo, top)
+            else:  # (the top piece's blocks are named: the scan starts below them)
+                bottom = lo if piece.lo <= lo else _named_from(named_of, lo, piece.lo + 1)
                 cached += top - bottom
                 last = released[-1] if released else None
                 if last is not None and last.ext is ext and last.lo == top:
