@@ -72,13 +72,19 @@ def _replay_case_32() -> BlockPool:
     return pool
 
 
+def _published(pool: BlockPool, ids: BlockIds, count: int) -> Lease:
+    """A lease of ``count`` fresh blocks, published under ``ids``."""
+    lease = Lease()
+    assert pool.allocate(lease, count)
+    pool.publish(lease, ids, 0, count)
+    return lease
+
+
 def test_release_keeps_the_parent_when_a_leaf_is_evicted() -> None:
     # Spec case 33.
     pool = BlockPool(2, 4)
     h = _hashes((1, 8))
-    lease = Lease()
-    assert pool.allocate(lease, 2)
-    pool.publish(lease, h, 0, 2)
+    lease = _published(pool, h, 2)
     pool.release(lease)
     assert pool.allocate(Lease(), 1)  # an unrelated 1-block request
     assert len(pool.lookup(h, 2)) == 1  # the parent survives, the leaf is gone
@@ -315,4 +321,50 @@ def test_one_token_blocks_cost_per_run_not_per_block() -> None:
     assert pool.lookup(ids, 3_000) == list(range(3_000))
     assert pool.allocate(Lease(), 8_000 - 3_000 + 10)  # evicts the last 10 blocks
     assert len(pool.lookup(ids, 3_000)) == 2_990
+    pool.check()
+
+
+def test_a_partial_last_block_is_regrown_by_the_lease_reusing_the_blocks_below_it() -> None:
+    """A released lease's last block never had an identity: the next lease reusing the
+    blocks below it takes its place (the same id), so that lease is one run; a block that
+    once had one (here forgotten while held) never gives its id away."""
+    pool = BlockPool(8, 4)
+    ids = _hashes((1, 12))
+    first = Lease()
+    assert pool.allocate(first, 3)
+    pool.publish(first, ids, 0, 2)  # the third block stays partial, anonymous
+    blocks = first.blocks()
+    known = pool.answering(first, 3)
+    assert known.blocks() == blocks[:2]
+    pool.release(first)
+    hits = pool.lookup(ids, 3, known)
+    assert hits == blocks[:2] == pool.lookup(ids, 3)
+    second = Lease()
+    assert pool.allocate(second, 3, reuse=hits)
+    assert second.blocks() == blocks and len(second.runs) == 1
+    pool.publish(second, ids, 2, 3)
+    pool.forget(blocks[2], ids[2])  # anonymous again, but it had an identity
+    pool.release(second)
+    pool.check()
+    third = Lease()
+    assert pool.allocate(third, 3, reuse=pool.lookup(ids, 3))
+    assert third.blocks()[:2] == blocks[:2] and third.blocks()[2] != blocks[2]
+    assert len(third.runs) == 2
+    pool.check()
+
+
+def test_a_lookup_resumes_after_known_blocks_only_while_all_still_answer() -> None:
+    pool = BlockPool(4, 4)
+    ids = _hashes((1, 16))
+    lease = _published(pool, ids, 4)
+    known = pool.answering(lease, 4)
+    pool.release(lease)
+    assert pool.lookup(ids, 4, known) == known.blocks()
+    assert pool.lookup(ids, 2, known) == known.blocks()[:2]
+    other = Lease()
+    assert pool.allocate(other, 1)  # evicts the leaf block
+    assert pool.lookup(ids, 4, known) == pool.lookup(ids, 4) == known.blocks()[:3]
+    pool.release(other)
+    pool.forget(known.blocks()[0], ids[0])  # the first block no longer answers
+    assert len(pool.lookup(ids, 4, known)) == 0
     pool.check()

@@ -122,6 +122,7 @@ def test_the_pool_follows_the_model(num_blocks: int, ops: list[tuple[str, int, i
     pool, model = BlockPool(num_blocks, 4), ModelPool(num_blocks)
     leases: dict[int, tuple[Lease, list[int], BlockIds]] = {}  # pool, model, hashes
     named: dict[int, int] = {}  # pool block -> the model block at the same place
+    known: dict[int, Lease] = {}  # holder -> what answered its identities at its release
     for kind, holder, size, family in ops:
         if holder not in leases:
             leases[holder] = (Lease(), [], _identities(family, holder, 12))
@@ -131,6 +132,9 @@ def test_the_pool_follows_the_model(num_blocks: int, ops: list[tuple[str, int, i
             hits = pool.lookup(hashes, size)
             model_hits = model.lookup(hashes, size)
             assert [named[b] for b in hits] == model_hits
+            # resuming after the blocks that answered at the holder's last release (since
+            # evicted, forgotten or not) finds the same blocks
+            assert pool.lookup(hashes, size, known.get(holder)) == hits
             assert pool.allocate(lp, size, reuse=hits) == model.allocate(lm, size,
                                                                          reuse=model_hits)
         elif kind == "grow" and lp:
@@ -141,6 +145,7 @@ def test_the_pool_follows_the_model(num_blocks: int, ops: list[tuple[str, int, i
             pool.publish(lp, hashes, 0, end)
             model.publish(lm, hashes.as_list(), 0, end)
         elif kind == "release":
+            known[holder] = pool.answering(lp, len(lp))
             pool.release(lp)
             model.release(lm)
         elif kind == "forget" and lp:

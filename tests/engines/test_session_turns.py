@@ -8,11 +8,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import attrs
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from servesim.engines.disagg.engine import DisaggReplay
+from servesim.engines.kernel.blocks import Lease
 from servesim.engines.kernel.requests import RequestSpec
 from servesim.engines.kernel.tokens import (
     BlockIds,
@@ -246,3 +248,92 @@ def test_turn_ids_keep_later_turns_and_forget_the_oldest_beyond_their_limit() ->
     memo.remember(_turn(prompt, turn_index=5), 1, BlockIds(), (0, 0))  # no blocks yet: kept
     taken = memo.take("s", follow)
     assert taken is not None and len(taken[0]) == 0
+
+
+class _Unknowing(TurnIds):
+    """Hands over identities but not the blocks known to answer them: every lookup walks
+    the identities from the first."""
+
+    __slots__ = ()
+
+    def take(self, session_id: str | None, prompt: Any) -> Any:
+        taken = super().take(session_id, prompt)
+        return None if taken is None else (taken[0], taken[1], None)
+
+
+def _variant(role: RoleArgs, workload: ListWorkload, variant: str
+             ) -> Callable[[Sink], AggregatedReplay]:
+    def make(sink: Sink) -> AggregatedReplay:
+        replay = AggregatedReplay(role, make_timer(role), fresh(workload), sink, None)
+        for worker in replay.workers:
+            for rank in worker.ranks:
+                if variant == "unknowing":
+                    rank.turns = _Unknowing()
+                elif variant == "listened":
+                    # a listener keeps every block id in its extent (no regrowing)
+                    rank.pool.on_evict = lambda base, lo, hi: None
+        return replay
+
+    return make
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_lookups_resuming_after_known_blocks_and_regrown_extents_change_nothing(
+        case: tuple[RoleArgs, ListWorkload]) -> None:
+    """The two shortcuts of a session's next turn, each turned off: identical replays
+    (small pools: turns evict each other's blocks between turns)."""
+    role, workload = case
+    default, replay = replayed(_variant(role, workload, "default"))
+    assert default == replayed(_variant(role, workload, "unknowing"))[0]
+    assert default == replayed(_variant(role, workload, "listened"))[0]
+    check_drained(replay)
+
+
+class _Watching(TurnIds):
+    """Records, per remembered turn, the runs and size of the blocks known to answer."""
+
+    __slots__ = ("seen",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[tuple[int, int]] = []
+
+    def remember(self, spec: RequestSpec, generated: int, hashes: BlockIds,
+                 cursor: tuple[int, int], known: Lease | None = None) -> None:
+        assert known is not None
+        self.seen.append((len(known.runs), len(known)))
+        super().remember(spec, generated, hashes, cursor, known)
+
+
+def test_a_long_session_keeps_its_blocks_in_one_run() -> None:
+    """40 turns of 3 new tokens and 2 output tokens on 4-token blocks: each turn
+    recomputes the previous one's partial last block, in the extent that holds the
+    conversation, so what a turn hands over stays one run however long it gets."""
+    specs, followups = [], {}
+    prompt = make_prompt([Segment(1, 6, repeat=False)])
+    for rid in range(40):
+        spec = RequestSpec(rid, 0.0, prompt, prompt_length(prompt), 2, session_id="s",
+                           turn_index=rid + 1)
+        if rid:
+            followups[rid - 1] = [spec]
+        else:
+            specs.append(spec)
+        prompt = extend_prompt(prompt, [Segment(generated_key(rid), 2, repeat=False),
+                                        Segment(100 + rid, 3, repeat=False)])
+    workload = ListWorkload(specs, followups=followups)
+    role = attrs.evolve(ROLE, num_gpu_blocks=64)
+    watching = _Watching()
+
+    def make(sink: Sink) -> AggregatedReplay:
+        replay = AggregatedReplay(role, make_timer(role), fresh(workload), sink, None)
+        replay.workers[0].ranks[0].turns = watching
+        return replay
+
+    records, replay = replayed(make)
+    assert records == replayed(_variant(role, workload, "listened"))[0]
+    check_drained(replay)
+    assert len(watching.seen) == 40
+    assert all(runs == 1 for runs, _ in watching.seen)
+    # every turn's complete blocks but its last output token's answer at its end
+    assert [size for _, size in watching.seen] == [(6 + 5 * t + 1) // 4 for t in range(40)]

@@ -35,14 +35,18 @@ blocks (SGLang's page size 1) costs what a pool of 64-token blocks does.
   forgetting one of their blocks invalidates it lazily (it leaves its run's stamp and
   the run counts it stale).
 
-A block id is ``extent key * num_blocks + offset`` and is never reused: a free block has
-no id (the free blocks are a count); an evicted or freed block's id is retired with it.
+A block id is ``extent key * num_blocks + offset``: a free block has no id (the free
+blocks are a count); an evicted or freed block's id is retired with it, and never handed
+out again once the block had an identity (one that never had one, at the end of its
+extent, is: a session's next turn grows the extent over its previous turn's partial last
+block, see :meth:`BlockPool._settle`).
 Every operation costs O(runs and pieces touched) plus C-level slice work per block;
 nothing scans the pool.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator
 from itertools import repeat
@@ -59,11 +63,11 @@ class _Extent:
     Per offset: ``ref`` (references), ``piece`` (the piece through which the block
     answers lookups, or None) and ``stamp`` (the release run holding it in the LRU, or
     None). A block is active if ``ref > 0``, inactive if ``ref == 0`` with a piece (then
-    it has a stamp), and retired (freed or evicted; its id is never handed out again)
-    otherwise.
+    it has a stamp), and retired (freed or evicted) otherwise; ``forgotten`` bounds the
+    offsets of blocks that lost their identity while held.
     """
 
-    __slots__ = ("base", "key", "live", "piece", "ref", "stamp")
+    __slots__ = ("base", "forgotten", "key", "live", "piece", "ref", "stamp")
 
     def __init__(self, key: int, base: int) -> None:
         self.key = key
@@ -72,6 +76,10 @@ class _Extent:
         self.piece: list[_Piece | None] = []
         self.stamp: list[_Released | None] = []
         self.live = 0  # active plus inactive blocks; the pool drops the extent at 0
+        # No block from this offset on lost its identity while held: the blocks there
+        # that a release retires never had one (an evicted block retires otherwise), and
+        # at the end of the extent they may be handed out again (see BlockPool._settle).
+        self.forgotten = 0
 
     def grow(self, lease: Lease, count: int) -> None:
         """Append ``count`` active blocks (one reference each), to ``lease`` too."""
@@ -277,6 +285,26 @@ def _same_from(items: list, value: object, lo: int, top: int) -> int:
     return good
 
 
+def _named_from(items: list, lo: int, top: int) -> int:
+    """The start of the stretch of ``items[lo:top]`` that ends at ``top`` and holds no
+    None (``items[top - 1]`` is not), found like :func:`_same_from`."""
+    good, step = top - 1, 1
+    while good > lo:
+        probe = max(lo, good - step)
+        if None in items[probe:good]:
+            lo = probe + 1  # the last None lies in probe .. good - 1
+            break
+        good = probe
+        step *= 2
+    while good > lo:
+        mid = (good + lo) // 2
+        if None in items[mid:good]:
+            lo = mid + 1
+        else:
+            good = mid
+    return good
+
+
 def _stretches(items: list, value: object) -> list[tuple[int, int]]:
     """The maximal stretches ``(lo, hi)`` of ``items`` holding only ``value``, in order."""
     out: list[tuple[int, int]] = []
@@ -380,23 +408,35 @@ class BlockPool:
 
     # -- prefix cache -----------------------------------------------------------------
 
-    def lookup(self, identities: BlockIds | Iterable[int], max_blocks: int) -> Lease:
+    def lookup(self, identities: BlockIds | Iterable[int], max_blocks: int,
+               known: Lease | None = None) -> Lease:
         """Blocks answering the longest cached prefix of ``identities[:max_blocks]`` (a
-        lease the caller has not referenced yet: pass it to :meth:`allocate`)."""
+        lease the caller has not referenced yet: pass it to :meth:`allocate`).
+
+        ``known`` (from :meth:`answering`): blocks that answered the first identities
+        when it was taken. While all of them still carry an identity they still answer
+        those (a block's identity never changes, and at most one block answers one), so
+        the walk starts after them: a session's next turn looks up its new blocks only."""
         ids = _ids(identities)
-        out = Lease()
-        index = self._index
         limit = min(max_blocks, len(ids))
+        if known is not None and self._named(known):
+            out = known.head(limit)
+            lo = out.size
+            r = bisect_right(ids.ends, lo)
+            skip = lo - ids.ends[r - 1] if r else lo  # blocks of run r already found
+        else:
+            out = Lease()
+            lo = r = skip = 0
+        index = self._index
         bases, firsts, ends = ids.bases, ids.firsts, ids.ends
-        lo = 0
-        for r in range(len(ends)):
-            if lo >= limit:
-                break
+        while lo < limit:
             hi = ends[r] if ends[r] < limit else limit
             base = bases[r]
-            off = firsts[r] - base
+            off = firsts[r] - base + skip
+            skip = 0
             want = hi - lo
             lo = hi
+            r += 1
             pieces = index.get(base)
             if pieces is None:
                 return out
@@ -409,6 +449,28 @@ class BlockPool:
                 out.append(piece.ext, start, start + take)
                 off += take
                 want -= take
+        return out
+
+    def _named(self, lease: Lease) -> bool:
+        """Whether every block of ``lease`` is live and carries an identity."""
+        extents = self._extents
+        for ext, lo, hi in lease.runs:
+            if extents.get(ext.key) is not ext or None in ext.piece[lo:hi]:
+                return False
+        return True
+
+    def answering(self, lease: Lease, count: int) -> Lease:
+        """The leading blocks of ``lease[:count]`` that carry an identity, as a lease, for
+        a later :meth:`lookup` of the identities ``lease`` was published or looked up
+        under (``known``). For a token lease: only a state cache's blocks are forgotten
+        and named anew."""
+        out = Lease()
+        for ext, lo, hi in lease.head(count).runs:
+            named = ext.piece[lo:hi]
+            if None in named:
+                out.append(ext, lo, lo + named.index(None))
+                break
+            out.append(ext, lo, hi)
         return out
 
     def cached_prefix(self, identities: BlockIds | Iterable[int]) -> int:
@@ -716,7 +778,9 @@ class BlockPool:
             return
         self._unname(ext, offset, offset + 1)
         run = ext.stamp[offset]
-        if run is not None:  # inactive
+        if run is None:  # active
+            ext.forgotten = max(ext.forgotten, offset + 1)
+        else:  # inactive
             run.stale += 1
             ext.stamp[offset] = None
             self._num_inactive -= 1
@@ -755,8 +819,16 @@ class BlockPool:
     def _settle(self, ext: _Extent, lo: int, hi: int, released: list[_Released]) -> int:
         """Blocks ``lo .. hi - 1`` of ``ext`` lost their last reference: named ones become
         inactive (new release runs, top down, appended to ``released``), anonymous ones
-        retire. Returns how many became inactive. Walks pieces and anonymous stretches,
-        not blocks."""
+        retire. Returns how many became inactive. Walks stretches of named and anonymous
+        blocks, not blocks (nor pieces: a stretch is found by C-level slice scans).
+
+        Retired blocks at the end of the extent that never had an identity (none was
+        forgotten while held: an evicted block retires elsewhere) are dropped from it:
+        their offsets, and ids, are handed out again (nobody holds an identity of them),
+        so the lease that reuses the blocks below them next (a session's next turn
+        recomputing this turn's partial last block) grows the extent instead of starting
+        one, and stays one run. Not with a host tier listening, whose runs follow
+        the pieces an eviction reports, which would merge across such a seam."""
         named_of = ext.piece
         cached = retired = 0
         top = hi
@@ -765,8 +837,11 @@ class BlockPool:
             if piece is None:
                 bottom = _same_from(named_of, None, lo, top)
                 retired += top - bottom
-            else:
-                bottom = piece.lo if piece.lo > lo else lo
+                if (top == len(named_of) and bottom >= ext.forgotten
+                        and self.on_evict is None):
+                    del ext.ref[bottom:], named_of[bottom:], ext.stamp[bottom:]
+            else:  # (the top piece's blocks are named: the scan starts below them)
+                bottom = lo if piece.lo <= lo else _named_from(named_of, lo, piece.lo + 1)
                 cached += top - bottom
                 last = released[-1] if released else None
                 if last is not None and last.ext is ext and last.lo == top:

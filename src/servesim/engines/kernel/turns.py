@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import Final, NamedTuple
 
+from servesim.engines.kernel.blocks import Lease
 from servesim.engines.kernel.requests import RequestSpec
 from servesim.engines.kernel.tokens import BlockIds, Prompt, generated_key
 
@@ -39,6 +40,7 @@ class _Turn(NamedTuple):
     generated: int  # output tokens the identities may cover
     hashes: BlockIds
     cursor: tuple[int, int]  # where the turn's last walk of its prompt ended
+    known: Lease | None  # blocks that answered the first identities (BlockPool.answering)
 
 
 class TurnIds:
@@ -61,23 +63,33 @@ class TurnIds:
             del last[next(iter(last))]
         last[session_id] = turn
 
+    def keeps(self, spec: RequestSpec) -> bool:
+        """Whether :meth:`remember` keeps ``spec``: a later turn of a session whose turns
+        have continued each other so far."""
+        session_id = spec.session_id
+        return session_id is not None and spec.turn_index != 0 and not (
+            session_id in self._last and self._last[session_id] is None)
+
     def remember(self, spec: RequestSpec, generated: int, hashes: BlockIds,
-                 cursor: tuple[int, int]) -> None:
+                 cursor: tuple[int, int], known: Lease | None = None) -> None:
         """``spec`` finished after ``generated`` output tokens; ``hashes`` are the
         identities of its complete blocks (prompt and output), ``cursor`` where the walk of
-        its prompt ended (a segment index at most ``len(spec.prompt)``)."""
+        its prompt ended (a segment index at most ``len(spec.prompt)``), ``known`` the
+        blocks that answered the first of them as it finished (for the next turn's
+        lookup to resume after them, :meth:`BlockPool.lookup`)."""
         session_id = spec.session_id
-        if session_id is None or spec.turn_index == 0 or (
-                session_id in self._last and self._last[session_id] is None):
+        if session_id is None or not self.keeps(spec):
             return
-        self._keep(session_id, _Turn(spec.request_id, spec.prompt, generated, hashes, cursor))
+        self._keep(session_id, _Turn(spec.request_id, spec.prompt, generated, hashes, cursor,
+                                     known))
 
     def take(self, session_id: str | None, prompt: Prompt
-             ) -> tuple[BlockIds, tuple[int, int]] | None:
+             ) -> tuple[BlockIds, tuple[int, int], Lease | None] | None:
         """If ``prompt`` continues the tokens of ``session_id``'s remembered turn, a copy of
-        that turn's identities (the first ones of ``prompt``) and the cursor to resume the
-        walk from; else None. The remembered turn is used up either way; one that
-        ``prompt`` does not continue marks the session."""
+        that turn's identities (the first ones of ``prompt``), the cursor to resume the
+        walk from and the blocks known to answer the first identities; else None. The
+        remembered turn is used up either way; one that ``prompt`` does not continue marks
+        the session."""
         if session_id is None:
             return None
         turn = self._last.get(session_id)
@@ -91,4 +103,4 @@ class TurnIds:
                 or prompt[:n] != turn.prompt):
             self._keep(session_id, None)
             return None
-        return turn.hashes.copy(), turn.cursor
+        return turn.hashes.copy(), turn.cursor, turn.known

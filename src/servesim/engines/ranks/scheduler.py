@@ -142,6 +142,9 @@ class SeqState:
     # index at most ``len(spec.prompt)``, so it stays valid as the output grows).
     cursor: tuple[int, int]
     num_published: int  # leading lease blocks that are cache-visible
+    # Blocks that answered the first identities (a session's previous turn's, on this
+    # rank): lookups resume after them while they still do (BlockPool.lookup).
+    known: Lease | None
     # What this request took in the current pass, so a later preemption can refund it.
     pass_id: int
     pass_tokens: int
@@ -170,6 +173,7 @@ class SeqState:
         self.hashes = BlockIds()
         self.cursor = (0, 0)
         self.num_published = 0
+        self.known = None
         self.pass_id = -1
         self.pass_tokens = 0
         self.pass_isl = -1
@@ -767,7 +771,7 @@ class RankScheduler:
         bs = self.block_size
         full = length // bs
         self._ensure_hashes(seq, full)
-        hits = self.pool.lookup(seq.hashes, full)
+        hits = self.pool.lookup(seq.hashes, full, seq.known)
         cached = len(hits) * bs
         needs_token = not seq.generation_complete
         if needs_token:
@@ -1168,9 +1172,10 @@ class RankScheduler:
 
     def _finish(self, seq: SeqState, out: RankPass) -> None:
         del self.running[seq]
+        if self.turns is not None and self.turns.keeps(seq.spec):
+            known = self.pool.answering(seq.lease, seq.num_published)
+            self.turns.remember(seq.spec, seq.generated, seq.hashes, seq.cursor, known)
         self.pool.release(seq.lease)
-        if self.turns is not None:
-            self.turns.remember(seq.spec, seq.generated, seq.hashes, seq.cursor)
         if self.state is not None and seq.state is not None:
             self.state.release(seq.state, done=True)
         seq.num_published = 0
@@ -1192,7 +1197,7 @@ class RankScheduler:
             # A session's next turn: the previous turn's identities, when it continues it.
             taken = self.turns.take(seq.spec.session_id, seq.spec.prompt)
             if taken is not None:
-                seq.hashes, seq.cursor = taken
+                seq.hashes, seq.cursor, seq.known = taken
                 have = len(seq.hashes)
                 if have >= n_blocks:
                     return
