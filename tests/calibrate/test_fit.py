@@ -198,16 +198,3 @@ def test_the_replays_spread_comes_from_the_flag_then_the_config(
     own = compile_file(str(path), registry=REGISTRY)
     assert output_spread(own) == 0.05
     assert output_spread(own, 0.0) == 0.0  # --output-spread 0: the clients in lockstep
-
-
-def test_the_nested_sets_take_first_the_constant_the_errors_ask_for() -> None:
-    from servesim.calibrate.fit import _by_gain
-
-    knobs, _ = knobs_for(["aggregated"], [Target("a", 100.0, 10.0, 1024, 4.0)] * 3)
-    assert [k.field for k in knobs] == ["prefill_scale", "decode_scale", "front_end_ms"]
-    # TPOT is far off (0.5) and only the decode scale moves it alone; TTFT a little
-    base = [[0.05, 0.5]]
-    jac = [[[1.0, 0.0, 1.0], [0.2, 1.0, 0.0]]]
-    assert _by_gain([0, 1, 2], knobs, base, jac) == [1, 0, 2]
-    # TTFT far off instead: the front end (weaker prior) before the prefill scale
-    assert _by_gain([0, 1, 2], knobs, [[0.5, 0.0]], jac)[:1] == [2]

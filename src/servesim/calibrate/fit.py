@@ -20,8 +20,7 @@ column the others (fitted before it) explain to within :data:`UNDETERMINED` of i
 is not fitted (kept neutral) and named in a warning: the data cannot tell it apart.
 
 Which of the determined constants are fitted is chosen by cross-validation: the nested
-sets (none, then one constant more at a time, each the one that with those before it
-would lower the fit's cost most) are each fitted, and the set that predicts
+sets (none, the first, the first two, ...) are each fitted, and the set that predicts
 every point best from the others (leave one out, each extra constant charged
 :data:`PARSIMONY`) is kept. A constant that only lets the fit follow the measured points
 (points from runs that disagree, or errors no shared correction explains) is then left
@@ -263,8 +262,8 @@ def fit(targets: Sequence[Target], roles: Sequence[str], predict: Predict, *,
         progress: Progress | None = None) -> FitResult:
     """Fit the corrections of ``roles`` to ``targets`` by replaying them with ``predict``.
 
-    The knobs the data determine are fitted as nested sets (none, then one more at a time,
-    in the order of :func:`_by_gain`), and the set whose leave-one-out error is least is kept
+    The knobs the data determine are fitted as nested sets (none, the first, the first
+    two, ...), and the set whose leave-one-out error is least is kept
     (:func:`_fit_knobs` scores each): a constant that lets the fit follow the measured points
     without predicting the left-out ones better is not fitted."""
     knobs, warnings = knobs_for(roles, targets)
@@ -275,12 +274,10 @@ def fit(targets: Sequence[Target], roles: Sequence[str], predict: Predict, *,
     jac = prob.jacobian(zero, base)
     keep, notes = _determined(knobs, jac)
     warnings += notes
-    kept = _by_gain([j for j, k in enumerate(keep) if k], knobs, base, jac)
-    fits = []
-    for n in _sizes(len(kept), len(targets)):
-        chosen_ = sorted(kept[:n])
-        fits.append(_fit_knobs(prob, [knobs[j] for j in chosen_], base,
-                               [[[row[j] for j in chosen_] for row in rows] for rows in jac]))
+    kept = [j for j, k in enumerate(keep) if k]
+    fits = [_fit_knobs(prob, [knobs[j] for j in kept[:n]], base,
+                       [[[row[j] for j in kept[:n]] for row in rows] for rows in jac])
+            for n in _sizes(len(kept), len(targets))]
     chosen = min(fits, key=lambda f: f.score)
     if len(fits) > 1 and chosen is not fits[-1]:
         warnings.append(_dropped_note(fits[-1], chosen))
@@ -303,29 +300,6 @@ class _KnobFit:
     u: list[float]
     cross: list[Latencies | None]
     score: float  # squared log errors of the left-out predictions (inf: not scored)
-
-
-def _by_gain(kept: list[int], knobs: Sequence[Knob], base: Sequence[Sequence[float]],
-             jac: Sequence[Sequence[Sequence[float]]]) -> list[int]:
-    """``kept`` (knob indices) in the order the nested sets take them: each next the one
-    that, with those before it, would lower the fit's cost most (one Gauss-Newton step
-    from the neutral values on the Jacobian there, priors included; no replay)."""
-    cols = {j: [row[j] for rows in jac for row in rows] for j in kept}
-    res = _flat(base)
-
-    def gain(chosen: list[int]) -> float:
-        g = [sum(x * r for x, r in zip(cols[j], res, strict=True)) for j in chosen]
-        a = [[sum(x * y for x, y in zip(cols[i], cols[j], strict=True))
-              + (knobs[i].prior if i == j else 0.0) for j in chosen] for i in chosen]
-        return sum(x * y for x, y in zip(g, solve(a, g), strict=True))
-
-    order: list[int] = []
-    left = list(kept)
-    while left:
-        best = max(left, key=lambda j: gain([*order, j]))  # the first on a tie
-        order.append(best)
-        left.remove(best)
-    return order
 
 
 def _sizes(kept: int, points: int) -> list[int]:
