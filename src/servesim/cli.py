@@ -396,7 +396,7 @@ def _nothing_completed(where: str, report: dict[str, Any]) -> Diagnostic:
 def run_calibrate(args: argparse.Namespace, registry: EngineRegistry, out: Console,
                   err: Console) -> int:
     from servesim.calibrate.measurements import read_measurements
-    from servesim.calibrate.run import calibrate, document
+    from servesim.calibrate.run import calibrate, document, output_spread
     from servesim.render import calibration_tables
 
     if args.output_spread is not None and not 0.0 <= args.output_spread < 1.0:  # also NaN
@@ -415,7 +415,8 @@ def run_calibrate(args: argparse.Namespace, registry: EngineRegistry, out: Conso
         result, warnings = calibrate(payload, files, registry=registry,
                                      base_dir=Path(args.config).resolve().parent,
                                      spread=args.output_spread, progress=bar.update)
-    doc = document(payload, result, config=args.config, files=files, warnings=warnings)
+    doc = document(payload, result, config=args.config, files=files, warnings=warnings,
+                   spread=output_spread(payload, args.output_spread))
     text = json.dumps(doc, indent=2, sort_keys=True) + "\n"
     _write_output(output, text, "-o")
     if args.format == "json":

@@ -68,6 +68,7 @@ def test_calibrate_writes_a_versioned_file_with_provenance_a_config_can_use(
     assert (doc["format"], doc["version"], doc["servesim_version"]) == (
         "servesim-calibration", 1, __version__)
     assert doc["config"]["file"] == "deploy.toml"
+    assert doc["fit"]["output_spread"] == 0.2  # the config sets no output_range_ratio
     assert [(m["file"], m["format"], m["points"]) for m in doc["measurements"]] == [
         ("vllm_bench_serve.json", "vllm-bench-serve", 1),
         ("profile_export_aiperf.json", "profile-export", 1)]

@@ -211,8 +211,10 @@ def file_sha256(path: str) -> str:
 
 
 def document(payload: Payload, result: FitResult, *, config: str,
-             files: Sequence[MeasurementFile], warnings: Sequence[str]) -> dict[str, Any]:
-    """The calibration file's JSON object (see :mod:`servesim.timing.calibration`)."""
+             files: Sequence[MeasurementFile], warnings: Sequence[str],
+             spread: float) -> dict[str, Any]:
+    """The calibration file's JSON object (see :mod:`servesim.timing.calibration`);
+    ``spread``: the replays' output spread (:func:`output_spread`)."""
     pts = result.points
 
     def pair(lat: Latencies | None) -> dict[str, float | None] | None:
@@ -234,7 +236,9 @@ def document(payload: Payload, result: FitResult, *, config: str,
                           "format": f.format, "points": len(f.points)} for f in files],
         "fit": {
             "method": "Levenberg-Marquardt on log(predicted / measured) TTFT and TPOT, "
-                      "each prediction a replay; cross-validation leaves one point out",
+                      "each prediction a replay; cross-validation leaves one point out "
+                      "and chooses the constants fitted",
+            "output_spread": spread,
             "replays": result.replays,
             "before": errors("before"),
             "after": errors("after"),
