@@ -819,8 +819,10 @@ class BlockPool:
     def _settle(self, ext: _Extent, lo: int, hi: int, released: list[_Released]) -> int:
         """Blocks ``lo .. hi - 1`` of ``ext`` lost their last reference: named ones become
         inactive (new release runs, top down, appended to ``released``), anonymous ones
-        retire. Returns how many became inactive. Walks stretches of named and anonymous
-        blocks, not blocks (nor pieces: a stretch is found by C-level slice scans).
+        retire. Returns how many became inactive. Walks anonymous stretches and pieces, not
+        blocks; below a one-block piece, the rest of its named stretch is found by C-level
+        slice scans (a session's pieces are one block each; a P/D lease's are long, and a
+        scan would cost per block).
 
         Retired blocks at the end of the extent that never had an identity (none was
         forgotten while held: an evicted block retires elsewhere) are dropped from it:
@@ -840,8 +842,11 @@ class BlockPool:
                 if (top == len(named_of) and bottom >= ext.forgotten
                         and self.on_evict is None):
                     del ext.ref[bottom:], named_of[bottom:], ext.stamp[bottom:]
-            else:  # (the top piece's blocks are named: the scan starts below them)
-                bottom = lo if piece.lo <= lo else _named_from(named_of, lo, piece.lo + 1)
+            else:  # a piece at a time (a P/D lease's pieces are long); below a one-block
+                # piece (a session's blocks are an identity run each) one scan finds the rest
+                bottom = piece.lo if piece.lo > lo else lo
+                if top - bottom == 1 and bottom > lo and named_of[bottom - 1] is not None:
+                    bottom = _named_from(named_of, lo, bottom)
                 cached += top - bottom
                 last = released[-1] if released else None
                 if last is not None and last.ext is ext and last.lo == top:
