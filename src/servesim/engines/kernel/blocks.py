@@ -265,44 +265,46 @@ def _same_until(items: list, value: object, lo: int, hi: int) -> int:
     return good
 
 
-def _same_from(items: list, value: object, lo: int, top: int) -> int:
-    """The start of the stretch of ``items[lo:top]`` that ends at ``top`` and holds only
-    ``value`` (``items[top - 1]`` does), found like :func:`_same_until`, downwards."""
+def _all_of(chunk: list, value: object) -> bool:
+    return chunk.count(value) == len(chunk)
+
+
+def _none_none(chunk: list, value: object) -> bool:
+    return None not in chunk
+
+
+def _stretch_from(items: list, lo: int, top: int, value: object,
+                  holds: Callable[[list, object], bool]) -> int:
+    """The start of the stretch of ``items[lo:top]`` that ends at ``top`` and whose slices
+    ``holds(slice, value)`` (as ``items[top - 1:top]`` does), found like
+    :func:`_same_until`, downwards."""
     good, step = top - 1, 1
     while good > lo:
         probe = max(lo, good - step)
-        if items[probe:good].count(value) != good - probe:
-            lo = probe + 1  # the last other item lies in probe .. good - 1
+        if not holds(items[probe:good], value):
+            lo = probe + 1  # the last item that does not lies in probe .. good - 1
             break
         good = probe
         step *= 2
     while good > lo:
         mid = (good + lo) // 2
-        if items[mid:good].count(value) == good - mid:
+        if holds(items[mid:good], value):
             good = mid
         else:
             lo = mid + 1
     return good
+
+
+def _same_from(items: list, value: object, lo: int, top: int) -> int:
+    """The start of the stretch of ``items[lo:top]`` that ends at ``top`` and holds only
+    ``value`` (``items[top - 1]`` does)."""
+    return _stretch_from(items, lo, top, value, _all_of)
 
 
 def _named_from(items: list, lo: int, top: int) -> int:
     """The start of the stretch of ``items[lo:top]`` that ends at ``top`` and holds no
-    None (``items[top - 1]`` is not), found like :func:`_same_from`."""
-    good, step = top - 1, 1
-    while good > lo:
-        probe = max(lo, good - step)
-        if None in items[probe:good]:
-            lo = probe + 1  # the last None lies in probe .. good - 1
-            break
-        good = probe
-        step *= 2
-    while good > lo:
-        mid = (good + lo) // 2
-        if None in items[mid:good]:
-            lo = mid + 1
-        else:
-            good = mid
-    return good
+    None (``items[top - 1]`` is not)."""
+    return _stretch_from(items, lo, top, None, _none_none)
 
 
 def _stretches(items: list, value: object) -> list[tuple[int, int]]:
