@@ -174,8 +174,8 @@ def test_a_turn_takes_over_its_identities_and_finds_what_is_still_cached(
     takes: list[Any] = []
     take = TurnIds.take
 
-    def counting(self: TurnIds, session_id: str | None, prompt: Any) -> Any:
-        taken = take(self, session_id, prompt)
+    def counting(self: TurnIds, session_id: str | None, prompt: Any, extends: int) -> Any:
+        taken = take(self, session_id, prompt, extends)
         takes.append(None if taken is None else (taken[0].as_list(), taken[1]))
         return taken
 
@@ -230,6 +230,15 @@ def test_turn_ids_are_taken_only_by_a_prompt_that_continues_the_turn() -> None:
     assert taken is not None and taken[1] == cursor
     assert taken[0].as_list() == ids.as_list() and taken[0] is not ids
     assert memo.take("s", follow) is None  # used up
+    # the segments before the output are not compared when the workload says it built
+    # the prompt from the turn's (here it did not: other tokens, then the output)
+    for extends, expected in ((7, True), (6, False), (-1, False)):
+        memo = TurnIds()
+        memo.remember(_turn(first), 2, ids, cursor)
+        assert (memo.take("s", others[3], extends) is not None) is expected
+    memo = TurnIds()
+    memo.remember(_turn(first), 2, ids, cursor)
+    assert memo.take("s", others[1], 7) is None  # the output is shorter than the turn's
 
 
 def test_turn_ids_keep_later_turns_and_forget_the_oldest_beyond_their_limit() -> None:
@@ -256,8 +265,8 @@ class _Unknowing(TurnIds):
 
     __slots__ = ()
 
-    def take(self, session_id: str | None, prompt: Any) -> Any:
-        taken = super().take(session_id, prompt)
+    def take(self, session_id: str | None, prompt: Any, extends: int = -1) -> Any:
+        taken = super().take(session_id, prompt, extends)
         return None if taken is None else (taken[0], taken[1], None)
 
 

@@ -208,6 +208,7 @@ def test_mooncake_delta_appends_previous_output_and_the_new_rows(
     assert t1.input_length == 100 + 5 + 20
     assert t1.prompt == (Segment(0, 100), Segment(generated_key(0), 5, repeat=False),
                          Segment(1, 20))
+    assert (t0.extends, t1.extends) == (-1, 0)
 
 
 def test_rows_are_read_lazily_and_errors_surface_mid_replay_with_location(

@@ -212,6 +212,8 @@ def test_session_turns_run_in_order_and_extend_the_previous_prompt(simulate: Sim
     assert t1.prompt[len(t0.prompt)] == Segment(generated_key(0), 16, repeat=False)
     assert t2.prompt[: len(t1.prompt)] == t1.prompt
     assert t2.prompt[len(t1.prompt)] == Segment(generated_key(1), 16, repeat=False)
+    # each later turn says which request's prompt and output begin its prompt
+    assert [s.extends for s in specs] == [-1, 0, 1, -1, 3, 4]
     assert all(prompt_length(s.prompt) == s.input_length for s in specs)
     # sessions do not share tokens without prefix groups
     assert not set(block_hashes(specs[0].prompt, 8)) & set(block_hashes(specs[3].prompt, 8))

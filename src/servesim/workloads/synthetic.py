@@ -143,7 +143,8 @@ class SyntheticSession:
                            prompt=prompt,
                            input_length=previous.input_length + previous.output_length + n,
                            output_length=self.outputs[turn],
-                           session_id=previous.session_id, turn_index=turn)
+                           session_id=previous.session_id, turn_index=turn,
+                           extends=previous.request_id)
 
 
 def synthetic_sessions(source: SessionSource, seed: int, rows: Rows = no_rows

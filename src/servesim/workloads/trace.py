@@ -26,8 +26,9 @@ class TraceSession:
 
     def _spec(self, row: TraceRow, arrival_ms: float,
               previous: RequestSpec | None) -> RequestSpec:
-        prompt, length = row.prompt, row.input_length
+        prompt, length, extends = row.prompt, row.input_length, -1
         if self.delta and previous is not None:
+            extends = previous.request_id
             prompt = extend_prompt(previous.prompt, (
                 Segment(generated_key(previous.request_id), previous.output_length,
                         repeat=False),
@@ -36,7 +37,8 @@ class TraceSession:
             length = previous.input_length + previous.output_length + row.input_length
         return RequestSpec(request_id=row.index, arrival_ms=arrival_ms, prompt=prompt,
                            input_length=length, output_length=row.output_length,
-                           session_id=row.session_id, turn_index=row.turn_index)
+                           session_id=row.session_id, turn_index=row.turn_index,
+                           extends=extends)
 
     def first_turn(self, arrival_ms: float | None) -> RequestSpec:
         if arrival_ms is None:

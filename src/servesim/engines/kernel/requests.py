@@ -31,6 +31,9 @@ class RequestSpec:
     output_length: int
     session_id: str | None = None
     turn_index: int = 0
+    # A session turn whose workload built its prompt as request ``extends``'s prompt, then
+    # its output (:func:`~servesim.engines.kernel.tokens.extend_prompt`); else -1.
+    extends: int = -1
 
 
 class PassEnds(array):

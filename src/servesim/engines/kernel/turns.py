@@ -9,7 +9,8 @@ blocks from there on (:func:`~servesim.engines.kernel.tokens.block_ids` resumes 
 previous turn's cursor), so its cost is its new tokens, not the conversation's.
 
 The next turn takes them over only when its prompt is checked to continue the remembered
-turn's tokens: the same segments (a C-level comparison of shared objects), then that
+turn's tokens: the same segments (a C-level comparison of shared objects, or none when the
+workload says it built the prompt from that turn's, ``RequestSpec.extends``), then that
 turn's output segment, at least as long as the output its identities cover. Anything else
 (another session, a turn that ran on another rank, a prompt built otherwise) hashes from
 the start, as without it. The identities are pure functions of the tokens, so what the
@@ -83,13 +84,15 @@ class TurnIds:
         self._keep(session_id, _Turn(spec.request_id, spec.prompt, generated, hashes, cursor,
                                      known))
 
-    def take(self, session_id: str | None, prompt: Prompt
+    def take(self, session_id: str | None, prompt: Prompt, extends: int = -1
              ) -> tuple[BlockIds, tuple[int, int], Lease | None] | None:
         """If ``prompt`` continues the tokens of ``session_id``'s remembered turn, a copy of
         that turn's identities (the first ones of ``prompt``), the cursor to resume the
         walk from and the blocks known to answer the first identities; else None. The
         remembered turn is used up either way; one that ``prompt`` does not continue marks
-        the session."""
+        the session. ``extends`` (:attr:`RequestSpec.extends`) naming the remembered turn
+        says its segments begin ``prompt``: they are not compared then (a long
+        conversation's are many)."""
         if session_id is None:
             return None
         turn = self._last.get(session_id)
@@ -100,7 +103,7 @@ class TurnIds:
         output = prompt[n] if len(prompt) > n else None
         if (output is None or output.key != generated_key(turn.request_id) or output.repeat
                 or output.offset or output.length < turn.generated
-                or prompt[:n] != turn.prompt):
+                or (extends != turn.request_id and prompt[:n] != turn.prompt)):
             self._keep(session_id, None)
             return None
         return turn.hashes.copy(), turn.cursor, turn.known

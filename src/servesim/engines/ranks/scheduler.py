@@ -1195,7 +1195,7 @@ class RankScheduler:
             return
         if have == 0 and self.turns is not None:
             # A session's next turn: the previous turn's identities, when it continues it.
-            taken = self.turns.take(seq.spec.session_id, seq.spec.prompt)
+            taken = self.turns.take(seq.spec.session_id, seq.spec.prompt, seq.spec.extends)
             if taken is not None:
                 seq.hashes, seq.cursor, seq.known = taken
                 have = len(seq.hashes)
@@ -1211,11 +1211,18 @@ class RankScheduler:
             extend_run(seq.hashes, content, n_blocks - have, continues)
             return
         prompt = seq.spec.prompt
+        index, pos = seq.cursor
+        skipped = 0  # segments before the cursor, left out of the walk's prompt
         if n_blocks * bs > seq.prompt_len:
-            prompt = (*prompt, segment(generated_key(seq.spec.request_id), seq.generated, False))
-        cursor = block_ids(prompt, bs, seq.hashes, n_blocks * bs, have * bs, seq.cursor)
-        if cursor[0] <= len(seq.spec.prompt):
-            seq.cursor = cursor
+            # the segments from the cursor on, then the output (not the whole prompt: a
+            # session turn's is the conversation so far)
+            skipped = index
+            prompt = (*prompt[index:],
+                      segment(generated_key(seq.spec.request_id), seq.generated, False))
+        index, pos = block_ids(prompt, bs, seq.hashes, n_blocks * bs, have * bs,
+                               (index - skipped, pos))
+        if index + skipped <= len(seq.spec.prompt):
+            seq.cursor = (index + skipped, pos)
 
     def _unschedulable(self, seq: SeqState, tokens: int) -> ReplayError:
         from servesim.rules import prompt_over_budget
