@@ -10,7 +10,7 @@ include start-up, imports and reading the trace. The replay alone (servesim's
     python bench/replay_speed.py                 # the default cases (below), about 2 min
     python bench/replay_speed.py --case pd_r1_mtp_mooncake
     python bench/replay_speed.py --case poisson_10k --mode stepwise
-    python bench/replay_speed.py --case sessions_scaling   # 500/1000/2000/4000 turns
+    python bench/replay_speed.py --case sessions_scaling   # 500 to 10,000 turns
     python bench/replay_speed.py --repeat 3      # best of 3 processes per run (noisy hosts)
     python bench/replay_speed.py --case poisson_1m --requests 40000   # a smaller generated run
     python bench/replay_speed.py --mocker-python venv/bin/python      # with the mocker
@@ -27,8 +27,9 @@ Cases (``*``: run by default; ``both``: bulk and stepwise modes by default, else
   of its blocks seen before) on 4 such workers, placed round-robin;
 - ``sessions_1000_turns`` *: one synthetic session of 1,000 turns (8 new prompt tokens and
   2 output tokens a turn, each turn's prompt the whole conversation so far) on one worker;
-  ``sessions_scaling`` runs it at 500, 1,000, 2,000 and 4,000 turns (the last ends at 40,000
-  tokens, within the model's context), with the CPU time per turn;
+  ``sessions_scaling`` runs it at 500, 1,000, 2,000, 4,000 and 10,000 turns (the schema's
+  maximum: 100,000 tokens) with Llama-3.1-8B (128k tokens of context) in Qwen3-32B's place,
+  with the CPU time per turn;
 - ``pd_r1_mtp_mooncake``: P/D DeepSeek-R1 with SGLang on H200 on the Mooncake conversation
   trace: 2 prefill workers TP8, a decode worker of 8 attention-DP ranks with EP8, MTP with 3
   speculative tokens (0.8/0.6/0.4), default timing, 50 GB/s KV transfer;
@@ -174,8 +175,11 @@ sessions_per_second = 1.0
 sessions = 1
 """
 
+# the same worker with a model of 128k tokens of context: a 10,000-turn session fits
+LLAMA_AGGREGATED = QWEN_AGGREGATED.replace("Qwen/Qwen3-32B", "meta-llama/Llama-3.1-8B-Instruct")
+
 DEPLOYMENTS = {"qwen_aggregated": QWEN_AGGREGATED, "qwen_disaggregated": QWEN_DISAGGREGATED,
-               "r1_disaggregated": R1_DISAGGREGATED}
+               "r1_disaggregated": R1_DISAGGREGATED, "llama_aggregated": LLAMA_AGGREGATED}
 
 
 @dataclass(frozen=True)
@@ -210,7 +214,7 @@ CASES = {
 }
 DEFAULT_CASES = ("poisson_10k", "mooncake_conversation", "mooncake_conversation_mtp",
                  "prefix_4_replicas", "sessions_1000_turns")
-SESSION_SCALING_TURNS = (500, 1000, 2000, 4000)
+SESSION_SCALING_TURNS = (500, 1000, 2000, 4000, 10000)
 
 
 def config_text(case: Case, trace: Path | None) -> str:
@@ -473,9 +477,11 @@ def as_record(run: Run) -> dict[str, Any]:
 
 
 def session_scaling(args: argparse.Namespace) -> None:
-    """The 1,000-turn session case at 500 to 4,000 turns: CPU time per turn (constant
-    when a turn costs what its new tokens cost)."""
-    base = with_timing(CASES["sessions_1000_turns"], args)
+    """The 1,000-turn session case at 500 to 10,000 turns (the schema's maximum) on a
+    model with the context for them: CPU time per turn (constant when a turn costs what
+    its new tokens cost)."""
+    base = with_timing(replace(CASES["sessions_1000_turns"], deployment="llama_aggregated"),
+                       args)
     for turns in SESSION_SCALING_TURNS:
         name = f"sessions_{turns}_turns"
         record = run_case(name, replace(base, turns=turns), args)[0]
