@@ -110,10 +110,22 @@ class _Extent:
         self.named.truncate(end)
         self.stamp.truncate(end)
 
+    def well_formed(self) -> bool:
+        """Whether the run maps are canonical, cover the same offsets and agree on which
+        blocks are named (for invariant checks; O(size))."""
+        size = self.ref.size
+        return (self.ref.is_canonical() and self.piece.is_canonical()
+                and self.named.is_canonical() and self.stamp.is_canonical()
+                and self.piece.size == self.named.size == self.stamp.size == size
+                and self.named.expand() == [p is not None for p in self.piece.expand()])
+
     def clear(self) -> None:
-        """Drop every offset (the extent retired: its pieces and release runs point back
-        at it, freed now, not by the cycle collector)."""
-        self.truncate(0)
+        """Drop the pieces and release runs (the extent retired: they point back at it,
+        freed now, not by the cycle collector; its size stays, which the LRU's stale runs
+        of it are checked against)."""
+        self.piece.clear()
+        self.named.clear()
+        self.stamp.clear()
 
 
 class _Piece:
@@ -752,10 +764,8 @@ class BlockPool:
         active = inactive = named = 0
         for key, ext in self._extents.items():
             size = ext.size
-            maps = (ext.ref, ext.piece, ext.named, ext.stamp)
             if (ext.key != key or ext.base != key * self.num_blocks or size > self.num_blocks
-                    or any(m.size != size or not m.is_canonical() for m in maps)
-                    or ext.named.expand() != [p is not None for p in ext.piece.expand()]):
+                    or not ext.well_formed()):
                 yield "pool-totals", f"extent {key} is malformed"
             live = 0
             for offset, (r, piece, run) in enumerate(zip(ext.ref.expand(), ext.piece.expand(),
