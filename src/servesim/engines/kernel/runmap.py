@@ -89,18 +89,41 @@ class RunMap(Generic[V]):
 
     def count(self, lo: int, hi: int, value: V) -> int:
         """How many offsets of ``lo .. hi - 1`` hold ``value``."""
+        if hi > self.size:
+            hi = self.size
         total = 0
-        for a, b, v in self.runs(lo, hi):
-            if v == value:
-                total += b - a
+        if lo >= hi:
+            return total
+        starts, values = self.starts, self.values
+        n = len(starts)
+        i = bisect_right(starts, lo) - 1
+        a = lo
+        while a < hi:
+            nxt = i + 1
+            end = starts[nxt] if nxt < n and starts[nxt] < hi else hi
+            if values[i] == value:
+                total += end - a
+            a = end
+            i = nxt
         return total
 
     def first_not(self, lo: int, hi: int, value: V) -> int:
         """The first offset of ``lo .. hi - 1`` not holding ``value``, or ``hi`` if they
         all do."""
-        for a, _, v in self.runs(lo, hi):
-            if v != value:
+        top = hi if hi < self.size else self.size
+        if lo >= top:
+            return hi
+        starts, values = self.starts, self.values
+        n = len(starts)
+        i = bisect_right(starts, lo) - 1
+        a = lo
+        while a < top:
+            if values[i] != value:
                 return a
+            i += 1
+            if i >= n:
+                break
+            a = starts[i]
         return hi
 
     def all(self, lo: int, hi: int, value: V) -> bool:
@@ -119,9 +142,20 @@ class RunMap(Generic[V]):
         if lo >= hi:
             return
         starts, values = self.starts, self.values
+        n = len(starts)
         i = bisect_right(starts, lo) - 1
-        if values[i] == value and (i + 1 == len(starts) or starts[i + 1] >= hi):
-            return  # one run holds the range already
+        nxt = i + 1
+        end = starts[nxt] if nxt < n else self.size
+        if hi <= end:  # inside run i: the common cases move one boundary
+            if values[i] == value:
+                return
+            if lo == starts[i]:
+                if hi < end and i and values[i - 1] == value:
+                    starts[i] = hi  # run i - 1 grows over the range
+                    return
+            elif hi == end and nxt < n and values[nxt] == value:
+                starts[nxt] = lo  # run i + 1 grows down over the range
+                return
         i = self._boundary(lo)
         j = self._boundary(hi)
         starts[i:j] = [lo]
