@@ -33,9 +33,18 @@ class RunMap(Generic[V]):
     def __len__(self) -> int:
         return self.size
 
+    def _find(self, offset: int) -> int:
+        """The index of the run holding ``offset`` (``0 <= offset < size``); the last run
+        is tried first (a lease grows at the end of its blocks)."""
+        starts = self.starts
+        last = len(starts) - 1
+        if starts[last] <= offset:
+            return last
+        return bisect_right(starts, offset) - 1
+
     def get(self, offset: int) -> V:
         """The value at ``offset`` (``0 <= offset < size``)."""
-        return self.values[bisect_right(self.starts, offset) - 1]
+        return self.values[self._find(offset)]
 
     def last(self) -> V:
         """The value at ``size - 1`` (the map is not empty)."""
@@ -75,7 +84,7 @@ class RunMap(Generic[V]):
             return out
         starts, values = self.starts, self.values
         n = len(starts)
-        i = bisect_right(starts, lo) - 1
+        i = self._find(lo)
         a = lo
         while a < hi:
             nxt = i + 1
@@ -96,7 +105,7 @@ class RunMap(Generic[V]):
             return total
         starts, values = self.starts, self.values
         n = len(starts)
-        i = bisect_right(starts, lo) - 1
+        i = self._find(lo)
         a = lo
         while a < hi:
             nxt = i + 1
@@ -115,7 +124,7 @@ class RunMap(Generic[V]):
             return hi
         starts, values = self.starts, self.values
         n = len(starts)
-        i = bisect_right(starts, lo) - 1
+        i = self._find(lo)
         a = lo
         while a < top:
             if values[i] != value:
@@ -143,7 +152,7 @@ class RunMap(Generic[V]):
             return
         starts, values = self.starts, self.values
         n = len(starts)
-        i = bisect_right(starts, lo) - 1
+        i = self._find(lo)
         nxt = i + 1
         end = starts[nxt] if nxt < n else self.size
         if hi <= end:  # inside run i: the common cases move one boundary
