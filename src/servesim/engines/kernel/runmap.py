@@ -14,10 +14,22 @@ and holds nothing. Offsets past ``size`` hold nothing: reads clip to ``size``, w
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
 from typing import Generic, TypeVar
 
 V = TypeVar("V")
+
+
+def _after(starts: list[int], offset: int, hi: int) -> int:
+    """How many of ``starts[:hi]`` (increasing) are at most ``offset`` (a bisection, as
+    :func:`bisect.bisect_right`; compiled, it compares machine integers)."""
+    lo = 0
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if offset < starts[mid]:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
 
 
 class RunMap(Generic[V]):
@@ -40,7 +52,7 @@ class RunMap(Generic[V]):
         last = len(starts) - 1
         if starts[last] <= offset:
             return last
-        return bisect_right(starts, offset) - 1
+        return _after(starts, offset, last) - 1
 
     def get(self, offset: int) -> V:
         """The value at ``offset`` (``0 <= offset < size``)."""
@@ -63,7 +75,7 @@ class RunMap(Generic[V]):
         """Drop offsets ``end ..``."""
         if end >= self.size:
             return
-        cut = bisect_left(self.starts, end)  # the runs that start at ``end`` or later go
+        cut = _after(self.starts, end - 1, len(self.starts))  # those starting at ``end`` on go
         del self.starts[cut:]
         del self.values[cut:]
         self.size = end
@@ -155,28 +167,43 @@ class RunMap(Generic[V]):
         i = self._find(lo)
         nxt = i + 1
         end = starts[nxt] if nxt < n else self.size
-        if hi <= end:  # inside run i: the common cases move one boundary
-            if values[i] == value:
-                return
-            if lo == starts[i]:
-                if hi < end and i and values[i - 1] == value:
-                    starts[i] = hi  # run i - 1 grows over the range
-                    return
-            elif hi == end and nxt < n and values[nxt] == value:
+        if hi > end:  # over several runs
+            i = self._boundary(lo)
+            j = self._boundary(hi)
+            starts[i:j] = [lo]
+            values[i:j] = [value]
+            self._join(i + 1)
+            self._join(i)
+            return
+        old = values[i]  # inside run i: a boundary moves, or a run or two appear
+        if old == value:
+            return
+        if lo == starts[i]:
+            if hi == end:  # the whole run
+                values[i] = value
+                self._join(nxt)
+                self._join(i)
+            elif i and values[i - 1] == value:
+                starts[i] = hi  # run i - 1 grows over the range
+            else:
+                starts.insert(nxt, hi)
+                values.insert(nxt, old)
+                values[i] = value
+        elif hi == end:
+            if nxt < n and values[nxt] == value:
                 starts[nxt] = lo  # run i + 1 grows down over the range
-                return
-        i = self._boundary(lo)
-        j = self._boundary(hi)
-        starts[i:j] = [lo]
-        values[i:j] = [value]
-        self._join(i + 1)
-        self._join(i)
+            else:
+                starts.insert(nxt, lo)
+                values.insert(nxt, value)
+        else:  # from the middle of run i
+            starts[nxt:nxt] = [lo, hi]
+            values[nxt:nxt] = [value, old]
 
     def _boundary(self, offset: int) -> int:
         """Start a run at ``offset`` (``0 <= offset <= size``; the run holding it is cut
         in two); returns that run's index (``len(starts)`` for ``size``)."""
         starts = self.starts
-        i = bisect_right(starts, offset)
+        i = _after(starts, offset, len(starts))
         if i and starts[i - 1] == offset:
             return i - 1
         if offset >= self.size:
