@@ -530,9 +530,15 @@ class BlockPool:
     def _unname(self, ext: _Extent, lo: int, hi: int) -> None:
         """Blocks ``lo .. hi - 1`` of ``ext`` stop answering lookups (their pieces shrink
         or split)."""
-        for a, b, piece in reversed(ext.piece.runs(lo, hi)):
-            if piece is not None:
-                self._cut(piece, a, b)
+        if lo >= hi:
+            return
+        top = ext.piece.get(hi - 1)
+        if top is not None and top.lo <= lo:  # one piece (an eviction's few blocks)
+            self._cut(top, lo, hi)
+        else:
+            for a, b, piece in reversed(ext.piece.runs(lo, hi)):
+                if piece is not None:
+                    self._cut(piece, a, b)
         ext.set_piece(lo, hi, None)
 
     def _cut(self, piece: _Piece, lo: int, hi: int) -> None:
