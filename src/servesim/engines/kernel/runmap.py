@@ -110,41 +110,26 @@ class RunMap(Generic[V]):
 
     def count(self, lo: int, hi: int, value: V) -> int:
         """How many offsets of ``lo .. hi - 1`` hold ``value``."""
-        if hi > self.size:
-            hi = self.size
         total = 0
-        if lo >= hi:
-            return total
-        starts, values = self.starts, self.values
-        n = len(starts)
-        i = self._find(lo)
-        a = lo
-        while a < hi:
-            nxt = i + 1
-            end = starts[nxt] if nxt < n and starts[nxt] < hi else hi
-            if values[i] == value:
-                total += end - a
-            a = end
-            i = nxt
+        for a, b, v in self.runs(lo, hi):
+            if v == value:
+                total += b - a
         return total
 
     def first_not(self, lo: int, hi: int, value: V) -> int:
         """The first offset of ``lo .. hi - 1`` not holding ``value``, or ``hi`` if they
         all do."""
-        top = hi if hi < self.size else self.size
-        if lo >= top:
+        if lo >= hi or lo >= self.size:
             return hi
         starts, values = self.starts, self.values
-        n = len(starts)
         i = self._find(lo)
-        a = lo
-        while a < top:
-            if values[i] != value:
-                return a
-            i += 1
-            if i >= n:
+        if values[i] != value:
+            return lo
+        for k in range(i + 1, len(starts)):  # the runs above, while they start below hi
+            if starts[k] >= hi:
                 break
-            a = starts[i]
+            if values[k] != value:
+                return starts[k]
         return hi
 
     def all(self, lo: int, hi: int, value: V) -> bool:
