@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 # and tests); other subclasses compile with their base (disagg.ranks with ranks.scheduler).
 COMPILED = (
     "servesim.engines.kernel.blocks",
+    "servesim.engines.kernel.runmap",
     "servesim.engines.kernel.events",
     "servesim.engines.kernel.core",
     "servesim.engines.kernel.metrics",

@@ -86,7 +86,7 @@ def _add_reference(rank: RankScheduler) -> None:
     where = rank.pool._locate(_first_running(rank).lease.blocks()[0])
     assert where is not None
     ext, offset = where
-    ext.ref[offset] += 1
+    ext.ref.shift(offset, offset + 1, 1)
 
 
 def test_an_extra_block_reference_is_named_with_its_rank_and_request(sim: type[Sim]) -> None:

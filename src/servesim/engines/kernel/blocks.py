@@ -23,8 +23,9 @@ blocks (SGLang's page size 1) costs what a pool of 64-token blocks does.
 
 * The fresh blocks an allocation appends to a lease form an *extent*; a later
   allocation extends it while the lease ends with the extent's last block and is its
-  only holder. An extent keeps its blocks' reference counts, pieces and release runs in
-  lists indexed by offset, changed by slice operations.
+  only holder. An extent keeps its blocks' reference counts, pieces, release runs and
+  whether they carry an identity in run maps (:mod:`~servesim.engines.kernel.runmap`):
+  setting or counting a range of blocks costs the runs of equal values it touches.
 * A lease is a list of runs ``(extent, lo, hi)``.
 * The prefix index maps a run's *base* identity (see
   :class:`~servesim.engines.kernel.tokens.BlockIds`) to its *pieces*: consecutive blocks
@@ -40,60 +41,91 @@ blocks are a count); an evicted or freed block's id is retired with it, and neve
 out again once the block had an identity (one that never had one, at the end of its
 extent, is: a session's next turn grows the extent over its previous turn's partial last
 block, see :meth:`BlockPool._settle`).
-Every operation costs O(runs and pieces touched) plus C-level slice work per block;
-nothing scans the pool.
+Every operation costs O(runs and pieces touched), plus a bisection per run map it
+reads; nothing scans the pool or walks a run block by block.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from itertools import repeat
-from operator import add, sub
 from typing import overload
 
+from servesim.engines.kernel.runmap import Counts, RunMap
 from servesim.engines.kernel.tokens import BlockIds
 
 
 class _Extent:
-    """Blocks ``base .. base + len(ref) - 1``: fresh blocks for consecutive positions of
-    a lease, in token order (see :meth:`BlockPool._take_fresh`).
+    """Blocks ``base .. base + size - 1``: fresh blocks for consecutive positions of a
+    lease, in token order (see :meth:`BlockPool._take_fresh`).
 
-    Per offset: ``ref`` (references), ``piece`` (the piece through which the block
-    answers lookups, or None) and ``stamp`` (the release run holding it in the LRU, or
-    None). A block is active if ``ref > 0``, inactive if ``ref == 0`` with a piece (then
-    it has a stamp), and retired (freed or evicted) otherwise; ``forgotten`` bounds the
-    offsets of blocks that lost their identity while held.
+    Per offset, as run maps: ``ref`` (references), ``piece`` (the piece through which the
+    block answers lookups, or None), ``named`` (``piece is not None``: the stretches of
+    named blocks, which a session's one-block pieces would split into one run each) and
+    ``stamp`` (the release run holding it in the LRU, or None). A block is active if
+    ``ref > 0``, inactive if ``ref == 0`` with a piece (then it has a stamp), and retired
+    (freed or evicted) otherwise; ``forgotten`` bounds the offsets of blocks that lost
+    their identity while held.
     """
 
-    __slots__ = ("base", "forgotten", "key", "live", "piece", "ref", "stamp")
+    __slots__ = ("base", "forgotten", "key", "live", "named", "piece", "ref", "stamp")
 
     def __init__(self, key: int, base: int) -> None:
         self.key = key
         self.base = base
-        self.ref: list[int] = []
-        self.piece: list[_Piece | None] = []
-        self.stamp: list[_Released | None] = []
+        self.ref = Counts()
+        self.piece: RunMap[_Piece | None] = RunMap()
+        self.named: RunMap[bool] = RunMap()
+        self.stamp: RunMap[_Released | None] = RunMap()
         self.live = 0  # active plus inactive blocks; the pool drops the extent at 0
         # No block from this offset on lost its identity while held: the blocks there
         # that a release retires never had one (an evicted block retires otherwise), and
         # at the end of the extent they may be handed out again (see BlockPool._settle).
         self.forgotten = 0
 
+    @property
+    def size(self) -> int:
+        return self.ref.size
+
     def grow(self, lease: Lease, count: int) -> None:
         """Append ``count`` active blocks (one reference each), to ``lease`` too."""
-        lo = len(self.ref)
-        if count == 1:  # a decode step's block
-            self.ref.append(1)
-            self.piece.append(None)
-            self.stamp.append(None)
-        else:
-            self.ref += [1] * count
-            self.piece += [None] * count
-            self.stamp += [None] * count
+        lo = self.ref.size
+        self.ref.append(count, 1)
+        self.piece.append(count, None)
+        self.named.append(count, False)
+        self.stamp.append(count, None)
         self.live += count
         lease.append(self, lo, lo + count)
+
+    def set_piece(self, lo: int, hi: int, piece: _Piece | None) -> None:
+        """Blocks ``lo .. hi - 1`` answer through ``piece`` (None: they answer nothing)."""
+        self.piece.assign(lo, hi, piece)
+        self.named.assign(lo, hi, piece is not None)
+
+    def truncate(self, end: int) -> None:
+        """Drop offsets ``end ..`` (retired blocks that never had an identity)."""
+        self.ref.truncate(end)
+        self.piece.truncate(end)
+        self.named.truncate(end)
+        self.stamp.truncate(end)
+
+    def well_formed(self) -> bool:
+        """Whether the run maps are canonical, cover the same offsets and agree on which
+        blocks are named (for invariant checks; O(size))."""
+        size = self.ref.size
+        return (self.ref.is_canonical() and self.piece.is_canonical()
+                and self.named.is_canonical() and self.stamp.is_canonical()
+                and self.piece.size == self.named.size == self.stamp.size == size
+                and self.named.expand() == [p is not None for p in self.piece.expand()])
+
+    def clear(self) -> None:
+        """Drop the pieces and release runs (the extent retired: they point back at it,
+        freed now, not by the cycle collector; its size stays, which the LRU's stale runs
+        of it are checked against)."""
+        self.piece.clear()
+        self.named.clear()
+        self.stamp.clear()
 
 
 class _Piece:
@@ -245,82 +277,6 @@ def _covering(pieces: list[_Piece] | None, off: int) -> _Piece | None:
     return None
 
 
-def _same_until(items: list, value: object, lo: int, hi: int) -> int:
-    """The end of the stretch of ``items[lo:hi]`` that starts at ``lo`` and holds only
-    ``value``, found with C-level slice counts (galloping, then bisection)."""
-    good, step = lo + 1, 1
-    while good < hi:
-        probe = min(hi, good + step)
-        if items[good:probe].count(value) != probe - good:
-            hi = probe - 1  # the first other item lies in good .. probe - 1
-            break
-        good = probe
-        step *= 2
-    while good < hi:
-        mid = (good + hi + 1) // 2
-        if items[good:mid].count(value) == mid - good:
-            good = mid
-        else:
-            hi = mid - 1
-    return good
-
-
-def _all_of(chunk: list, value: object) -> bool:
-    return chunk.count(value) == len(chunk)
-
-
-def _none_none(chunk: list, value: object) -> bool:
-    return None not in chunk
-
-
-def _stretch_from(items: list, lo: int, top: int, value: object,
-                  holds: Callable[[list, object], bool]) -> int:
-    """The start of the stretch of ``items[lo:top]`` that ends at ``top`` and whose slices
-    ``holds(slice, value)`` (as ``items[top - 1:top]`` does), found like
-    :func:`_same_until`, downwards."""
-    good, step = top - 1, 1
-    while good > lo:
-        probe = max(lo, good - step)
-        if not holds(items[probe:good], value):
-            lo = probe + 1  # the last item that does not lies in probe .. good - 1
-            break
-        good = probe
-        step *= 2
-    while good > lo:
-        mid = (good + lo) // 2
-        if holds(items[mid:good], value):
-            good = mid
-        else:
-            lo = mid + 1
-    return good
-
-
-def _same_from(items: list, value: object, lo: int, top: int) -> int:
-    """The start of the stretch of ``items[lo:top]`` that ends at ``top`` and holds only
-    ``value`` (``items[top - 1]`` does)."""
-    return _stretch_from(items, lo, top, value, _all_of)
-
-
-def _named_from(items: list, lo: int, top: int) -> int:
-    """The start of the stretch of ``items[lo:top]`` that ends at ``top`` and holds no
-    None (``items[top - 1]`` is not)."""
-    return _stretch_from(items, lo, top, None, _none_none)
-
-
-def _stretches(items: list, value: object) -> list[tuple[int, int]]:
-    """The maximal stretches ``(lo, hi)`` of ``items`` holding only ``value``, in order."""
-    out: list[tuple[int, int]] = []
-    k = 0
-    while True:
-        try:
-            k = items.index(value, k)
-        except ValueError:
-            return out
-        end = _same_until(items, value, k, len(items))
-        out.append((k, end))
-        k = end
-
-
 class BlockPool:
     """``num_blocks`` physical blocks of ``block_size`` tokens (one rank, one TP shard)."""
 
@@ -376,18 +332,18 @@ class BlockPool:
         if ext is None:
             return None
         offset = block - ext.base
-        return (ext, offset) if offset < len(ext.ref) else None
+        return (ext, offset) if offset < ext.size else None
 
     def is_active(self, block: int) -> bool:
         where = self._locate(block)
-        return where is not None and where[0].ref[where[1]] > 0
+        return where is not None and where[0].ref.get(where[1]) > 0
 
     def count_active(self, lease: Lease) -> int:
         """How many of ``lease``'s blocks (held or cached blocks, e.g. a lookup's) are
         active."""
         active = 0
         for ext, lo, hi in lease.runs:
-            active += hi - lo - ext.ref[lo:hi].count(0)
+            active += hi - lo - ext.ref.count(lo, hi, 0)
         return active
 
     def identity(self, block: int) -> int | None:
@@ -395,7 +351,7 @@ class BlockPool:
         if where is None:
             return None
         ext, offset = where
-        piece = ext.piece[offset]
+        piece = ext.piece.get(offset)
         return None if piece is None else piece.identity(offset)
 
     def cached_identities(self) -> set[int]:
@@ -406,7 +362,7 @@ class BlockPool:
     def references(self) -> dict[int, int]:
         """Reference count of every active block (for the auditor and tests; O(pool))."""
         return {ext.base + offset: r for ext in self._extents.values()
-                for offset, r in enumerate(ext.ref) if r}
+                for lo, hi, r in ext.ref.runs(0, ext.size) if r for offset in range(lo, hi)}
 
     # -- prefix cache -----------------------------------------------------------------
 
@@ -457,7 +413,7 @@ class BlockPool:
         """Whether every block of ``lease`` is live and carries an identity."""
         extents = self._extents
         for ext, lo, hi in lease.runs:
-            if extents.get(ext.key) is not ext or None in ext.piece[lo:hi]:
+            if extents.get(ext.key) is not ext or not ext.named.all(lo, hi, True):
                 return False
         return True
 
@@ -468,9 +424,9 @@ class BlockPool:
         and named anew."""
         out = Lease()
         for ext, lo, hi in lease.head(count).runs:
-            named = ext.piece[lo:hi]
-            if None in named:
-                out.append(ext, lo, lo + named.index(None))
+            stop = ext.named.first_not(lo, hi, True)
+            if stop < hi:
+                out.append(ext, lo, stop)
                 break
             out.append(ext, lo, hi)
         return out
@@ -522,15 +478,15 @@ class BlockPool:
         top = first + end - start
         if first <= lo or top > hi:
             return False
-        piece = ext.piece[first - 1]
+        piece = ext.piece.get(first - 1)
         base = ids.bases[-1]
         if (piece is None or piece.hi != first or piece.base != base
                 or piece.identity(first - 1) + 1 != ids.firsts[-1] + start - run_start
                 or len(self._index[base]) != 1
-                or ext.piece[first:top].count(None) != top - first):
+                or not ext.named.all(first, top, False)):
             return False
         piece.hi = top
-        ext.piece[first:top] = [piece] * (top - first)
+        ext.set_piece(first, top, piece)
         return True
 
     def _name(self, ext: _Extent, lo: int, count: int, base: int, off: int) -> None:
@@ -538,10 +494,10 @@ class BlockPool:
         ``base``, except offsets another block answers (or the block already does)."""
         pieces = self._index.get(base)
         if pieces is None:  # a run nothing answers yet: the blocks are one new piece
-            if ext.piece[lo:lo + count].count(None) == count:
+            if ext.named.all(lo, lo + count, False):
                 piece = _Piece(ext, lo, lo + count, base, off)
                 self._index[base] = [piece]
-                ext.piece[lo:lo + count] = [piece] * count
+                ext.set_piece(lo, lo + count, piece)
             return
         end = off + count
         free = [(off, end)]
@@ -552,7 +508,7 @@ class BlockPool:
                         for a, b in ((lo_, min(hi_, p_lo)), (max(lo_, p_hi), hi_)) if a < b]
         for a, b in free:
             first = lo + a - off
-            if ext.piece[first:first + b - a].count(None) != b - a:
+            if not ext.named.all(first, first + b - a, False):
                 continue  # named already (under another identity: a colliding run)
             grown = self._extendable(pieces, ext, first, a)
             if grown is None:
@@ -561,7 +517,7 @@ class BlockPool:
             else:
                 piece = grown
                 piece.hi = first + b - a
-            ext.piece[first:first + b - a] = [piece] * (b - a)
+            ext.set_piece(first, first + b - a, piece)
 
     @staticmethod
     def _extendable(pieces: list[_Piece], ext: _Extent, lo: int, off: int) -> _Piece | None:
@@ -574,23 +530,22 @@ class BlockPool:
     def _unname(self, ext: _Extent, lo: int, hi: int) -> None:
         """Blocks ``lo .. hi - 1`` of ``ext`` stop answering lookups (their pieces shrink
         or split)."""
-        pieces_of = ext.piece
-        o = hi - 1
-        while o >= lo:
-            piece = pieces_of[o]
-            if piece is None:
-                o -= 1
-                continue
-            cut_lo, cut_hi = max(piece.lo, lo), min(piece.hi, o + 1)
-            pieces_of[cut_lo:cut_hi] = [None] * (cut_hi - cut_lo)
-            self._cut(piece, cut_lo, cut_hi)
-            o = cut_lo - 1
+        if lo >= hi:
+            return
+        top = ext.piece.get(hi - 1)
+        if top is not None and top.lo <= lo:  # one piece (an eviction's few blocks)
+            self._cut(top, lo, hi)
+        else:
+            for a, b, piece in reversed(ext.piece.runs(lo, hi)):
+                if piece is not None:
+                    self._cut(piece, a, b)
+        ext.set_piece(lo, hi, None)
 
     def _cut(self, piece: _Piece, lo: int, hi: int) -> None:
         """Remove blocks ``lo .. hi - 1`` from ``piece``."""
         if piece.lo < lo and hi < piece.hi:  # from the middle: the top becomes a piece
             top = _Piece(piece.ext, hi, piece.hi, piece.base, piece.off + hi - piece.lo)
-            piece.ext.piece[hi:piece.hi] = [top] * (piece.hi - hi)
+            piece.ext.piece.assign(hi, piece.hi, top)
             self._index[piece.base].append(top)
             piece.hi = lo
         elif piece.lo < lo:
@@ -631,37 +586,18 @@ class BlockPool:
     def _reference(self, ext: _Extent, lo: int, hi: int) -> None:
         """One more reference to each of ``ext``'s blocks ``lo .. hi - 1``; inactive ones
         leave the LRU (their release run counts them stale)."""
-        ref = ext.ref
-        size = hi - lo
-        if size == 1:
-            if ref[lo] == 0:
-                self._unstamp(ext, lo, hi, 1)
-            ref[lo] += 1
-            return
-        held = ref[lo:hi]
-        inactive = held.count(0)
+        inactive = ext.ref.count(lo, hi, 0)
         if inactive:
             self._unstamp(ext, lo, hi, inactive)
-        ref[lo:hi] = list(map(add, held, repeat(1)))
+        ext.ref.shift(lo, hi, 1)
 
     def _unstamp(self, ext: _Extent, lo: int, hi: int, inactive: int) -> None:
         """``inactive`` of blocks ``lo .. hi - 1`` become active: they leave their
         release runs."""
-        stamp = ext.stamp
-        o = lo
-        if inactive == hi - lo:  # all inactive: by release runs while none has gone stale
-            while o < hi:
-                run = stamp[o]
-                if run is None or run.stale:
-                    break
-                end = run.hi if run.hi < hi else hi
-                run.stale += end - o
-                o = end
-        if o < hi:
-            for run, count in Counter(stamp[o:hi]).items():
-                if run is not None:
-                    run.stale += count
-        stamp[lo:hi] = [None] * (hi - lo)
+        for a, b, run in ext.stamp.runs(lo, hi):
+            if run is not None:
+                run.stale += b - a
+        ext.stamp.assign(lo, hi, None)
         self._num_inactive -= inactive
         self._num_active += inactive
 
@@ -675,7 +611,7 @@ class BlockPool:
         self._num_active += count
         if lease.runs:  # extend the extent the lease ends with, if it is its only holder
             ext, _, end = lease.runs[-1]
-            if (self._extents.get(ext.key) is ext and end == len(ext.ref) and ext.ref[-1] == 1
+            if (self._extents.get(ext.key) is ext and end == ext.size and ext.ref.last() == 1
                     and end + count <= self.num_blocks):
                 ext.grow(lease, count)
                 return
@@ -701,7 +637,7 @@ class BlockPool:
             if self.on_evict is not None:
                 self._report_evicted(ext, cut, hi, self.on_evict)
             self._unname(ext, cut, hi)
-            ext.stamp[cut:hi] = [None] * take
+            ext.stamp.assign(cut, hi, None)
             self._retire(ext, take)
             self._num_inactive -= take
             count -= take
@@ -715,41 +651,28 @@ class BlockPool:
                         hook: Callable[[int, int, int], None]) -> None:
         """Hand ``hook`` the identities of inactive blocks ``lo .. hi - 1`` of ``ext`` (all
         named), a piece at a time, top down."""
-        pieces_of = ext.piece
-        o = hi - 1
-        while o >= lo:
-            piece = pieces_of[o]
+        for a, b, piece in reversed(ext.piece.runs(lo, hi)):
             assert piece is not None, "an inactive block without an identity"
-            a = piece.lo if piece.lo > lo else lo
-            hook(piece.base, piece.off + a - piece.lo, piece.off + o + 1 - piece.lo)
-            o = a - 1
+            hook(piece.base, piece.off + a - piece.lo, piece.off + b - piece.lo)
 
     @staticmethod
     def _split(run: _Released) -> list[_Released]:
         """The blocks still stamped ``run``, as new release runs, bottom first."""
-        ext, stamp = run.ext, run.ext.stamp
+        ext = run.ext
         parts: list[_Released] = []
-        k = run.lo
-        while True:
-            try:
-                k = stamp.index(run, k, run.hi)
-            except ValueError:
-                return parts
-            top = _same_until(stamp, run, k, run.hi)
-            part = _Released(ext, k, top)
-            stamp[k:top] = [part] * (top - k)
-            parts.append(part)
-            k = top
+        for lo, hi, held in ext.stamp.runs(run.lo, run.hi):
+            if held is run:
+                part = _Released(ext, lo, hi)
+                ext.stamp.assign(lo, hi, part)
+                parts.append(part)
+        return parts
 
     def _retire(self, ext: _Extent, count: int) -> None:
         """``count`` blocks of ``ext`` stop being active or inactive (freed or evicted)."""
         ext.live -= count
         if not ext.live:
             del self._extents[ext.key]
-            # (its pieces and release runs point back at it: freed now, not by the cycle
-            # collector)
-            ext.piece.clear()
-            ext.stamp.clear()
+            ext.clear()
 
     def fits(self, fresh: int, reuse: Lease | None = None) -> bool:
         """Whether ``fresh`` new blocks can be taken after referencing ``reuse``.
@@ -775,16 +698,16 @@ class BlockPool:
         if where is None:
             return
         ext, offset = where
-        piece = ext.piece[offset]
+        piece = ext.piece.get(offset)
         if piece is None or piece.identity(offset) != identity:
             return
         self._unname(ext, offset, offset + 1)
-        run = ext.stamp[offset]
+        run = ext.stamp.get(offset)
         if run is None:  # active
             ext.forgotten = max(ext.forgotten, offset + 1)
         else:  # inactive
             run.stale += 1
-            ext.stamp[offset] = None
+            ext.stamp.assign(offset, offset + 1, None)
             self._num_inactive -= 1
             self._retire(ext, 1)
 
@@ -793,23 +716,12 @@ class BlockPool:
         released: list[_Released] = []  # the new release runs, leaf first
         dropped = cached = 0
         for ext, lo, hi in reversed(lease.runs):
-            size = hi - lo
-            ref = ext.ref
-            held = ref[lo:hi]
-            last = held.count(1)  # references this release drops to zero
-            if last == 0:
-                ref[lo:hi] = list(map(sub, held, repeat(1)))
-                continue
-            if last == size:
-                ref[lo:hi] = [0] * size
-                dropped += size
-                cached += self._settle(ext, lo, hi, released)
-                continue
-            left = list(map(sub, held, repeat(1)))  # a mixed run: by stretches, top down
-            ref[lo:hi] = left
-            dropped += last
-            for a, b in reversed(_stretches(left, 0)):
-                cached += self._settle(ext, lo + a, lo + b, released)
+            held = ext.ref.runs(lo, hi)
+            ext.ref.shift(lo, hi, -1)
+            for a, b, r in reversed(held):  # by stretches, top down
+                if r == 1:  # the last reference
+                    dropped += b - a
+                    cached += self._settle(ext, a, b, released)
         self._num_active -= dropped
         self._num_inactive += cached
         self._lru.extend(released)
@@ -820,11 +732,8 @@ class BlockPool:
 
     def _settle(self, ext: _Extent, lo: int, hi: int, released: list[_Released]) -> int:
         """Blocks ``lo .. hi - 1`` of ``ext`` lost their last reference: named ones become
-        inactive (new release runs, top down, appended to ``released``), anonymous ones
-        retire. Returns how many became inactive. Walks anonymous stretches and pieces, not
-        blocks; below a one-block piece, the rest of its named stretch is found by C-level
-        slice scans (a session's pieces are one block each; a P/D lease's are long, and a
-        scan would cost per block).
+        inactive (a release run per stretch, top down, appended to ``released``),
+        anonymous ones retire. Returns how many became inactive.
 
         Retired blocks at the end of the extent that never had an identity (none was
         forgotten while held: an evicted block retires elsewhere) are dropped from it:
@@ -833,31 +742,22 @@ class BlockPool:
         recomputing this turn's partial last block) grows the extent instead of starting
         one, and stays one run. Not with a host tier listening, whose runs follow
         the pieces an eviction reports, which would merge across such a seam."""
-        named_of = ext.piece
         cached = retired = 0
-        top = hi
-        while top > lo:
-            piece = named_of[top - 1]
-            if piece is None:
-                bottom = _same_from(named_of, None, lo, top)
+        for bottom, top, named in reversed(ext.named.runs(lo, hi)):
+            if not named:
                 retired += top - bottom
-                if (top == len(named_of) and bottom >= ext.forgotten
+                if (top == ext.size and bottom >= ext.forgotten
                         and self.on_evict is None):
-                    del ext.ref[bottom:], named_of[bottom:], ext.stamp[bottom:]
-            else:  # a piece at a time (a P/D lease's pieces are long); below a one-block
-                # piece (a session's blocks are an identity run each) one scan finds the rest
-                bottom = piece.lo if piece.lo > lo else lo
-                if top - bottom == 1 and bottom > lo and named_of[bottom - 1] is not None:
-                    bottom = _named_from(named_of, lo, bottom)
-                cached += top - bottom
-                last = released[-1] if released else None
-                if last is not None and last.ext is ext and last.lo == top:
-                    last.lo = bottom
-                else:
-                    last = _Released(ext, bottom, top)
-                    released.append(last)
-                ext.stamp[bottom:top] = [last] * (top - bottom)
-            top = bottom
+                    ext.truncate(bottom)
+                continue
+            cached += top - bottom
+            last = released[-1] if released else None
+            if last is not None and last.ext is ext and last.lo == top:
+                last.lo = bottom
+            else:
+                last = _Released(ext, bottom, top)
+                released.append(last)
+            ext.stamp.assign(bottom, top, last)
         if retired:
             self._retire(ext, retired)
         return cached
@@ -869,13 +769,13 @@ class BlockPool:
         ``block-refcount`` and ``prefix-index`` (the auditor reports them; O(pool))."""
         active = inactive = named = 0
         for key, ext in self._extents.items():
-            size = len(ext.ref)
+            size = ext.size
             if (ext.key != key or ext.base != key * self.num_blocks or size > self.num_blocks
-                    or not len(ext.piece) == len(ext.stamp) == size):
+                    or not ext.well_formed()):
                 yield "pool-totals", f"extent {key} is malformed"
             live = 0
-            for offset, (r, piece, run) in enumerate(zip(ext.ref, ext.piece, ext.stamp,
-                                                         strict=True)):
+            for offset, (r, piece, run) in enumerate(zip(ext.ref.expand(), ext.piece.expand(),
+                                                         ext.stamp.expand(), strict=True)):
                 block = ext.base + offset
                 if r < 0:
                     yield "block-refcount", f"block {block} has reference count {r}"
@@ -907,8 +807,8 @@ class BlockPool:
                                   f"{self.num_blocks}")
         listed = 0
         for run in self._lru:
-            held = run.ext.stamp[run.lo:run.hi].count(run)
-            if not 0 <= run.lo < run.hi <= len(run.ext.ref) or (
+            held = run.ext.stamp.count(run.lo, run.hi, run)
+            if not 0 <= run.lo < run.hi <= run.ext.size or (
                     held != run.hi - run.lo - run.stale):
                 yield "pool-totals", (f"release run {run.ext.key}:{run.lo}-{run.hi} holds "
                                       f"{held} blocks, {run.stale} counted stale")
@@ -927,7 +827,7 @@ class BlockPool:
                 yield "prefix-index", f"the pieces of run {base} are empty or overlap"
             for piece in pieces:
                 indexed += piece.hi - piece.lo
-                if piece.ext.piece[piece.lo:piece.hi].count(piece) != piece.hi - piece.lo:
+                if piece.ext.piece.count(piece.lo, piece.hi, piece) != piece.hi - piece.lo:
                     yield "prefix-index", (f"a piece of run {base} lists blocks that do not "
                                            "answer through it")
         if named != indexed:
