@@ -17,7 +17,8 @@ include start-up, imports and reading the trace. The replay alone (servesim's
 
 Cases (``*``: run by default; ``both``: bulk and stepwise modes by default, else bulk):
 
-- ``poisson_10k`` * both, ``mooncake_conversation`` * both (12,031 requests): one
+- ``poisson_10k`` * both, ``mooncake_conversation`` * both (12,031 requests), ``poisson_1k``
+  (its first 1,000 requests: start-up weighs most there): one
   aggregated vLLM worker of Qwen3-32B on one H200 (pool from GPU memory), block 64,
   max_batched_tokens 8192, max_sequences 256, prefix caching on, polynomial timing;
 - ``mooncake_conversation_mtp`` *: the same with MTP, 3 speculative tokens accepted at
@@ -200,6 +201,7 @@ class Case:
 
 BOTH = ("bulk", "stepwise")
 CASES = {
+    "poisson_1k": Case("qwen_aggregated", "poisson_1k.jsonl"),
     "poisson_10k": Case("qwen_aggregated", "poisson_10k.jsonl", modes=BOTH),
     "mooncake_conversation": Case("qwen_aggregated", "mooncake_conversation.jsonl", modes=BOTH),
     "mooncake_conversation_mtp": Case("qwen_aggregated", "mooncake_conversation.jsonl",
