@@ -324,9 +324,17 @@ def _same(passes: memoryview, first: int, tokens: memoryview, i: int, k: int) ->
 
 def _emissions(times: array) -> array:
     """``times`` without repeats: one time per emission (a speculative burst's tokens
-    share one), so no gap between two of them is zero. (Times never decrease, so equal
-    ones are adjacent: the first of each is kept, in order.)"""
-    return array("d", dict.fromkeys(times))
+    share one), so no gap between two of them is zero."""
+    values: list[float] = times.tolist()
+    kept: list[float] = []
+    last = values[0] if values else 0.0
+    if values:
+        kept.append(last)
+    for t in values:
+        if t != last:
+            kept.append(t)
+            last = t
+    return array("d", kept)
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
