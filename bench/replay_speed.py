@@ -25,7 +25,8 @@ Cases (``*``: run by default; ``both``: bulk and stepwise modes by default, else
   0.8/0.6/0.4 (the polynomial timing ignores the model, so this isolates what speculation
   costs a replay);
 - ``prefix_4_replicas`` *: the prefix-heavy Mooncake synthetic trace (3,993 requests, 64%
-  of its blocks seen before) on 4 such workers, placed round-robin;
+  of its blocks seen before) on 4 such workers, placed round-robin; ``mooncake_synthetic``
+  the same trace on one;
 - ``sessions_1000_turns`` *: one synthetic session of 1,000 turns (8 new prompt tokens and
   2 output tokens a turn, each turn's prompt the whole conversation so far) on one worker;
   ``sessions_scaling`` runs it at 500, 1,000, 2,000, 4,000 and 10,000 turns (the schema's
@@ -206,6 +207,7 @@ CASES = {
     "mooncake_conversation": Case("qwen_aggregated", "mooncake_conversation.jsonl", modes=BOTH),
     "mooncake_conversation_mtp": Case("qwen_aggregated", "mooncake_conversation.jsonl",
                                       mtp=True),
+    "mooncake_synthetic": Case("qwen_aggregated", "mooncake_synthetic.jsonl"),
     "prefix_4_replicas": Case("qwen_aggregated", "mooncake_synthetic.jsonl", replicas=4),
     "sessions_1000_turns": Case("qwen_aggregated", turns=1000),
     "pd_mooncake_conversation": Case("qwen_disaggregated", "mooncake_conversation.jsonl"),
