@@ -228,7 +228,7 @@ def test_turn_ids_are_taken_only_by_a_prompt_that_continues_the_turn() -> None:
     assert memo.take("other", follow) is None and memo.take(None, follow) is None
     taken = memo.take("s", follow)
     assert taken is not None and taken[1] == cursor
-    assert taken[0].as_list() == ids.as_list() and taken[0] is not ids
+    assert taken[0].as_list() == ids.as_list() and taken[0] is ids  # handed over, not copied
     assert memo.take("s", follow) is None  # used up
     # the segments before the output are not compared when the workload says it built
     # the prompt from the turn's (here it did not: other tokens, then the output)

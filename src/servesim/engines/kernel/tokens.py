@@ -165,13 +165,6 @@ class BlockIds:
         ends = self.ends
         return ends[-1] if ends else 0
 
-    def copy(self) -> BlockIds:
-        out = BlockIds()
-        out.bases = self.bases.copy()
-        out.firsts = self.firsts.copy()
-        out.ends = self.ends.copy()
-        return out
-
     @overload
     def __getitem__(self, position: int) -> int: ...
     @overload

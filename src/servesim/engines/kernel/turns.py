@@ -4,7 +4,7 @@ A session turn's prompt is the previous turn's prompt, its output, then new inpu
 (:func:`~servesim.engines.kernel.tokens.extend_prompt`), so the identities of the previous
 turn's complete blocks are the first identities of the next turn's prompt (they depend on
 the tokens alone, spec §3.8). :class:`TurnIds` keeps, per session, those of the latest turn
-that finished on one rank; the next turn starts from a copy of them and hashes only the
+that finished on one rank; the next turn starts from them (handed over) and hashes only the
 blocks from there on (:func:`~servesim.engines.kernel.tokens.block_ids` resumes from the
 previous turn's cursor), so its cost is its new tokens, not the conversation's.
 
@@ -74,7 +74,8 @@ class TurnIds:
     def remember(self, spec: RequestSpec, generated: int, hashes: BlockIds,
                  cursor: tuple[int, int], known: Lease | None = None) -> None:
         """``spec`` finished after ``generated`` output tokens; ``hashes`` are the
-        identities of its complete blocks (prompt and output), ``cursor`` where the walk of
+        identities of its complete blocks (prompt and output), handed over (:meth:`take`
+        gives them to the next turn, which extends them), ``cursor`` where the walk of
         its prompt ended (a segment index at most ``len(spec.prompt)``), ``known`` the
         blocks that answered the first of them as it finished (for the next turn's
         lookup to resume after them, :meth:`BlockPool.lookup`)."""
@@ -86,8 +87,8 @@ class TurnIds:
 
     def take(self, session_id: str | None, prompt: Prompt, extends: int = -1
              ) -> tuple[BlockIds, tuple[int, int], Lease | None] | None:
-        """If ``prompt`` continues the tokens of ``session_id``'s remembered turn, a copy of
-        that turn's identities (the first ones of ``prompt``), the cursor to resume the
+        """If ``prompt`` continues the tokens of ``session_id``'s remembered turn, that
+        turn's identities (the first ones of ``prompt``), the cursor to resume the
         walk from and the blocks known to answer the first identities; else None. The
         remembered turn is used up either way; one that ``prompt`` does not continue marks
         the session. ``extends`` (:attr:`RequestSpec.extends`) naming the remembered turn
@@ -106,4 +107,4 @@ class TurnIds:
                 or (extends != turn.request_id and prompt[:n] != turn.prompt)):
             self._keep(session_id, None)
             return None
-        return turn.hashes.copy(), turn.cursor, turn.known
+        return turn.hashes, turn.cursor, turn.known

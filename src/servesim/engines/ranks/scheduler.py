@@ -1175,6 +1175,7 @@ class RankScheduler:
         if self.turns is not None and self.turns.keeps(seq.spec):
             known = self.pool.answering(seq.lease, seq.num_published)
             self.turns.remember(seq.spec, seq.generated, seq.hashes, seq.cursor, known)
+            seq.hashes, seq.cursor = BlockIds(), (0, 0)  # handed over to the next turn
         self.pool.release(seq.lease)
         if self.state is not None and seq.state is not None:
             self.state.release(seq.state, done=True)
