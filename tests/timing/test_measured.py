@@ -104,13 +104,14 @@ def test_an_uncovered_role_is_priced_by_the_default_timing() -> None:
 def test_grid_key_changes_with_what_changes_a_price() -> None:
     role = _role()
     axes = Axes.for_role(role)
-    key = grid_key(role, axes)
-    assert grid_key(role, axes) == key
+    key = grid_key(role, axes, "vllm")
+    assert grid_key(role, axes, "vllm") == key
+    assert grid_key(role, axes, "trtllm") != key
     for changed in (attrs.evolve(role, tensor=2), attrs.evolve(role, hardware="h200_sxm"),
                     attrs.evolve(role, timing=TimingArgs(type="measured", kv_quant="fp8")),
                     attrs.evolve(role, timing=TimingArgs(type="measured",
                                                          backend_version="previous"))):
-        assert grid_key(changed, Axes.for_role(changed)) != key
+        assert grid_key(changed, Axes.for_role(changed), "vllm") != key
 
 
 def test_without_the_extra_the_diagnostic_says_how_to_install_it(

@@ -49,6 +49,7 @@ import attrs
 
 from servesim import backends, codes
 from servesim.backends import Backend
+from servesim.catalog import load_gpu, load_model
 from servesim.errors import Diagnostic, ReplayError
 from servesim.files import MiB, Unreadable, read_bounded
 from servesim.payload import RoleArgs
@@ -65,6 +66,18 @@ _GEMM_MODES = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8", "fp8_block"
                "int8": "int8_wo", "w8a16": "int8_wo", "int4": "int4_wo", "int4_wo": "int4_wo",
                "w4a16": "int4_wo", "nvfp4": "nvfp4", "fp4": "nvfp4"}
 _MOE_MODES = {**_GEMM_MODES, "mxfp4": "w4a16_mxfp4"}
+
+
+def _moe_mode(role: RoleArgs, perf_backend: str) -> str | None:
+    """The tables' MoE mode for the role's expert weights (None: the package reads the
+    checkpoint's). MXFP4 experts (gpt-oss's checkpoint) run with MXFP8 activations under
+    TensorRT-LLM on GPUs whose tensor cores take FP4 (Blackwell: its TRTLLM and CUTLASS MoE
+    backends), with BF16 activations elsewhere (its Triton backend on Hopper, and vLLM's
+    and SGLang's defaults)."""
+    quant = role.timing.moe_quant or load_model(role.model).weight_quant
+    if quant == "mxfp4" and perf_backend == "trtllm" and load_gpu(role.hardware).fp4_flops:
+        return "w4a8_mxfp4_mxfp8"
+    return _MOE_MODES.get(role.timing.moe_quant or "")
 
 
 def _powers(top: int, *, start: int = 1) -> tuple[int, ...]:
@@ -237,7 +250,7 @@ def _engine(role: RoleArgs, perf_backend: str) -> tuple[Engine, str]:
             tp_size=role.tensor, pp_size=role.pipeline, attention_dp_size=role.attention_data,
             moe_tp_size=role.moe_tensor, moe_ep_size=role.moe_expert,
             gemm_quant_mode=_GEMM_MODES.get(t.gemm_quant or ""),
-            moe_quant_mode=_MOE_MODES.get(t.moe_quant or ""),
+            moe_quant_mode=_moe_mode(role, perf_backend),
             kvcache_quant_mode=t.kv_quant,
             nextn=spec.num_speculative_tokens if spec is not None else 0)
         engine = aiconfigurator_core.AicEngine.from_spec(bytes(blob))
@@ -290,14 +303,16 @@ def build_grid(role: RoleArgs, axes: Axes, perf_backend: str) -> MeasuredGrid:
                         floor_ms=floor)
 
 
-def grid_key(role: RoleArgs, axes: Axes) -> str:
-    """What a grid depends on, hashed: the cache file's name."""
+def grid_key(role: RoleArgs, axes: Axes, perf_backend: str) -> str:
+    """What a grid depends on (priced as ``perf_backend``'s), hashed: the cache file's
+    name."""
     t = role.timing
     spec = role.speculation
     parts = {
         "grid": GRID_VERSION, "package": _package_version(), "model": role.model,
         "hardware": role.hardware, "backend": role.backend, "version": t.backend_version,
-        "gemm": t.gemm_quant, "moe": t.moe_quant, "kv": t.kv_quant,
+        "perf_backend": perf_backend, "gemm": t.gemm_quant,
+        "moe": _moe_mode(role, perf_backend), "kv": t.kv_quant,
         "shape": [role.tensor, role.pipeline, role.attention_data, role.moe_tensor,
                   role.moe_expert],
         "nextn": spec.num_speculative_tokens if spec is not None else 0,
@@ -341,7 +356,8 @@ _GRIDS: dict[str, MeasuredGrid | NotCovered] = {}  # per process: one build per 
 def grid_for(role: RoleArgs, backend: Backend | None = None) -> MeasuredGrid:
     """The role's grid: from this process's memory, the disk cache, or the package."""
     axes = Axes.for_role(role)
-    key = grid_key(role, axes)
+    perf_backend = (backend or backends.policy_of(role.backend)).perf_backend
+    key = grid_key(role, axes, perf_backend)
     known = _GRIDS.get(key)
     if isinstance(known, NotCovered):
         raise known
@@ -351,8 +367,7 @@ def grid_for(role: RoleArgs, backend: Backend | None = None) -> MeasuredGrid:
     grid = _read_cached(path)
     if grid is None or grid.axes != axes:
         try:
-            grid = build_grid(role, axes, (backend or backends.policy_of(role.backend)
-                                           ).perf_backend)
+            grid = build_grid(role, axes, perf_backend)
         except NotCovered as exc:
             _GRIDS[key] = exc
             raise
