@@ -16,7 +16,14 @@ from servesim.payload import RoleArgs, TimingArgs
 from servesim.rules import timing_values
 from servesim.timing import make_timer
 from servesim.timing.analytical import timer_from_role
-from servesim.timing.measured import Axes, MeasuredGrid, MeasuredTimer, _lerp, grid_key
+from servesim.timing.measured import (
+    Axes,
+    MeasuredGrid,
+    MeasuredTimer,
+    _lerp,
+    _moe_mode,
+    grid_key,
+)
 
 MEASURED = """
 [engine]
@@ -112,6 +119,20 @@ def test_grid_key_changes_with_what_changes_a_price() -> None:
                     attrs.evolve(role, timing=TimingArgs(type="measured",
                                                          backend_version="previous"))):
         assert grid_key(changed, Axes.for_role(changed), "vllm") != key
+
+
+@pytest.mark.parametrize(("hardware", "perf_backend", "moe_quant", "mode"), [
+    ("b200_sxm", "trtllm", None, "w4a8_mxfp4_mxfp8"),  # Blackwell: MXFP8 activations
+    ("gb300", "trtllm", "mxfp4", "w4a8_mxfp4_mxfp8"),
+    ("h200_sxm", "trtllm", None, None),  # Hopper: the checkpoint's (BF16 activations)
+    ("b200_sxm", "vllm", None, None),
+    ("b200_sxm", "trtllm", "fp8", "fp8"),  # experts requantised: as asked
+])
+def test_mxfp4_experts_are_priced_by_the_kernels_the_backend_runs_on_the_gpu(
+        hardware: str, perf_backend: str, moe_quant: str | None, mode: str | None) -> None:
+    role = attrs.evolve(_role(moe_quant=moe_quant), model="openai/gpt-oss-120b",
+                        hardware=hardware)
+    assert _moe_mode(role, perf_backend) == mode
 
 
 def test_without_the_extra_the_diagnostic_says_how_to_install_it(
