@@ -11,6 +11,7 @@ from typing import Any
 import attrs
 import pytest
 
+from servesim.backends import policy_of
 from servesim.errors import Diagnostic, ReplayError
 from servesim.payload import RoleArgs, TimingArgs
 from servesim.rules import timing_values
@@ -111,17 +112,18 @@ def test_an_uncovered_role_is_priced_by_the_default_timing() -> None:
 def test_grid_key_changes_with_what_changes_a_price() -> None:
     role = _role()
     axes = Axes.for_role(role)
-    key = grid_key(role, axes, "vllm")
-    assert grid_key(role, axes, "vllm") == key
-    assert grid_key(role, axes, "trtllm") != key
+    vllm, trtllm = policy_of("vllm"), policy_of("trtllm")
+    key = grid_key(role, axes, vllm)
+    assert grid_key(role, axes, vllm) == key
+    assert grid_key(role, axes, trtllm) != key
     for changed in (attrs.evolve(role, tensor=2), attrs.evolve(role, hardware="h200_sxm"),
                     attrs.evolve(role, timing=TimingArgs(type="measured", kv_quant="fp8")),
                     attrs.evolve(role, timing=TimingArgs(type="measured",
                                                          backend_version="previous"))):
-        assert grid_key(changed, Axes.for_role(changed), "vllm") != key
+        assert grid_key(changed, Axes.for_role(changed), vllm) != key
 
 
-@pytest.mark.parametrize(("hardware", "perf_backend", "moe_quant", "mode"), [
+@pytest.mark.parametrize(("hardware", "backend", "moe_quant", "mode"), [
     ("b200_sxm", "trtllm", None, "w4a8_mxfp4_mxfp8"),  # Blackwell: MXFP8 activations
     ("gb300", "trtllm", "mxfp4", "w4a8_mxfp4_mxfp8"),
     ("h200_sxm", "trtllm", None, None),  # Hopper: the checkpoint's (BF16 activations)
@@ -129,10 +131,10 @@ def test_grid_key_changes_with_what_changes_a_price() -> None:
     ("b200_sxm", "trtllm", "fp8", "fp8"),  # experts requantised: as asked
 ])
 def test_mxfp4_experts_are_priced_by_the_kernels_the_backend_runs_on_the_gpu(
-        hardware: str, perf_backend: str, moe_quant: str | None, mode: str | None) -> None:
+        hardware: str, backend: str, moe_quant: str | None, mode: str | None) -> None:
     role = attrs.evolve(_role(moe_quant=moe_quant), model="openai/gpt-oss-120b",
                         hardware=hardware)
-    assert _moe_mode(role, perf_backend) == mode
+    assert _moe_mode(role, policy_of(backend)) == mode
 
 
 def test_without_the_extra_the_diagnostic_says_how_to_install_it(

@@ -46,6 +46,10 @@ class Backend:
     # default timing's fitted overheads, calibration measurements): a variant of a built-in
     # inherits its base's; "" for none (the default timing's generic constants)
     perf_backend: ClassVar[str] = ""
+    # MXFP4 experts (gpt-oss) run with MXFP8 activations on GPUs whose tensor cores take FP4
+    # (TensorRT-LLM's TRTLLM and CUTLASS MoE backends on Blackwell); else with BF16
+    # activations (weight-only kernels): which tables of measured MoE kernels price them
+    mxfp4_moe_fp8_activations: ClassVar[bool] = False
 
     # -- defaults the compiler resolves (spec §3.1, §3.3) ---------------------------------
     default_block_size: ClassVar[int] = 64

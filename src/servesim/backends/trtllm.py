@@ -17,6 +17,7 @@ class Trtllm(Backend):
 
     NAME = "trtllm"
     perf_backend = "trtllm"
+    mxfp4_moe_fp8_activations = True
     LABEL = "TRT-LLM"
     DESCRIPTION = "TensorRT-LLM: GUARANTEED_NO_EVICT admission, attention-DP balance"
     default_block_size = 32

@@ -68,14 +68,14 @@ _GEMM_MODES = {"bf16": "bfloat16", "fp16": "bfloat16", "fp8": "fp8", "fp8_block"
 _MOE_MODES = {**_GEMM_MODES, "mxfp4": "w4a16_mxfp4"}
 
 
-def _moe_mode(role: RoleArgs, perf_backend: str) -> str | None:
+def _moe_mode(role: RoleArgs, policy: Backend) -> str | None:
     """The tables' MoE mode for the role's expert weights (None: the package reads the
-    checkpoint's). MXFP4 experts (gpt-oss's checkpoint) run with MXFP8 activations under
-    TensorRT-LLM on GPUs whose tensor cores take FP4 (Blackwell: its TRTLLM and CUTLASS MoE
-    backends), with BF16 activations elsewhere (its Triton backend on Hopper, and vLLM's
-    and SGLang's defaults)."""
+    checkpoint's). MXFP4 experts (gpt-oss's checkpoint) run with MXFP8 activations where
+    the backend does so on the GPU (:attr:`Backend.mxfp4_moe_fp8_activations`: a GPU whose
+    tensor cores take FP4), else with BF16 activations, as the package reads them."""
     quant = role.timing.moe_quant or load_model(role.model).weight_quant
-    if quant == "mxfp4" and perf_backend == "trtllm" and load_gpu(role.hardware).fp4_flops:
+    if (quant == "mxfp4" and policy.mxfp4_moe_fp8_activations
+            and load_gpu(role.hardware).fp4_flops):
         return "w4a8_mxfp4_mxfp8"
     return _MOE_MODES.get(role.timing.moe_quant or "")
 
@@ -235,9 +235,9 @@ def _package_version() -> str:
         return "unknown"
 
 
-def _engine(role: RoleArgs, perf_backend: str) -> tuple[Engine, str]:
-    """The package's compiled engine of ``role`` (priced as ``perf_backend``'s) and the backend
-    version it resolved."""
+def _engine(role: RoleArgs, policy: Backend) -> tuple[Engine, str]:
+    """The package's compiled engine of ``role`` (priced as ``policy.perf_backend``'s) and
+    the backend version it resolved."""
     import aiconfigurator_core
     from aiconfigurator_core.sdk.engine import compile_engine
 
@@ -245,12 +245,12 @@ def _engine(role: RoleArgs, perf_backend: str) -> tuple[Engine, str]:
     spec = role.speculation
     try:
         blob = compile_engine(
-            role.model, role.hardware, perf_backend,
+            role.model, role.hardware, policy.perf_backend,
             t.backend_version,
             tp_size=role.tensor, pp_size=role.pipeline, attention_dp_size=role.attention_data,
             moe_tp_size=role.moe_tensor, moe_ep_size=role.moe_expert,
             gemm_quant_mode=_GEMM_MODES.get(t.gemm_quant or ""),
-            moe_quant_mode=_moe_mode(role, perf_backend),
+            moe_quant_mode=_moe_mode(role, policy),
             kvcache_quant_mode=t.kv_quant,
             nextn=spec.num_speculative_tokens if spec is not None else 0)
         engine = aiconfigurator_core.AicEngine.from_spec(bytes(blob))
@@ -289,10 +289,10 @@ def _quiet() -> Iterator[None]:
         log.setLevel(level)
 
 
-def build_grid(role: RoleArgs, axes: Axes, perf_backend: str) -> MeasuredGrid:
+def build_grid(role: RoleArgs, axes: Axes, policy: Backend) -> MeasuredGrid:
     """Ask the package for every point of ``axes`` (:class:`NotCovered` on a gap)."""
     with _quiet():
-        engine, version = _engine(role, perf_backend)
+        engine, version = _engine(role, policy)
         decode = tuple(_query(engine.predict_decode_latency, b, c, 2)
                        for b in axes.batch for c in axes.context)
         prefill = tuple(_query(engine.predict_prefill_latency, b, p + n, p)
@@ -303,16 +303,15 @@ def build_grid(role: RoleArgs, axes: Axes, perf_backend: str) -> MeasuredGrid:
                         floor_ms=floor)
 
 
-def grid_key(role: RoleArgs, axes: Axes, perf_backend: str) -> str:
-    """What a grid depends on (priced as ``perf_backend``'s), hashed: the cache file's
-    name."""
+def grid_key(role: RoleArgs, axes: Axes, policy: Backend) -> str:
+    """What a grid depends on (priced by ``policy``), hashed: the cache file's name."""
     t = role.timing
     spec = role.speculation
     parts = {
         "grid": GRID_VERSION, "package": _package_version(), "model": role.model,
         "hardware": role.hardware, "backend": role.backend, "version": t.backend_version,
-        "perf_backend": perf_backend, "gemm": t.gemm_quant,
-        "moe": _moe_mode(role, perf_backend), "kv": t.kv_quant,
+        "perf_backend": policy.perf_backend, "gemm": t.gemm_quant,
+        "moe": _moe_mode(role, policy), "kv": t.kv_quant,
         "shape": [role.tensor, role.pipeline, role.attention_data, role.moe_tensor,
                   role.moe_expert],
         "nextn": spec.num_speculative_tokens if spec is not None else 0,
@@ -356,8 +355,8 @@ _GRIDS: dict[str, MeasuredGrid | NotCovered] = {}  # per process: one build per 
 def grid_for(role: RoleArgs, backend: Backend | None = None) -> MeasuredGrid:
     """The role's grid: from this process's memory, the disk cache, or the package."""
     axes = Axes.for_role(role)
-    perf_backend = (backend or backends.policy_of(role.backend)).perf_backend
-    key = grid_key(role, axes, perf_backend)
+    policy = backend or backends.policy_of(role.backend)
+    key = grid_key(role, axes, policy)
     known = _GRIDS.get(key)
     if isinstance(known, NotCovered):
         raise known
@@ -367,7 +366,7 @@ def grid_for(role: RoleArgs, backend: Backend | None = None) -> MeasuredGrid:
     grid = _read_cached(path)
     if grid is None or grid.axes != axes:
         try:
-            grid = build_grid(role, axes, perf_backend)
+            grid = build_grid(role, axes, policy)
         except NotCovered as exc:
             _GRIDS[key] = exc
             raise
