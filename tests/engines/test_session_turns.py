@@ -230,12 +230,17 @@ def test_turn_ids_are_taken_only_by_a_prompt_that_continues_the_turn() -> None:
     assert taken is not None and taken[1] == cursor
     assert taken[0].as_list() == ids.as_list() and taken[0] is ids  # handed over, not copied
     assert memo.take("s", follow) is None  # used up
-    # the segments before the output are not compared when the workload says it built
-    # the prompt from the turn's (here it did not: other tokens, then the output)
-    for extends, expected in ((7, True), (6, False), (-1, False)):
+    # when the workload says it built the prompt from the turn's, only the last segment
+    # before the output is checked, by identity: a prompt holding the turn's last segment
+    # object after other tokens is trusted; one built from other objects is compared
+    two = make_prompt([Segment(1, 9, repeat=False), Segment(3, 2, repeat=False)])
+    other_start = (Segment(4, 9, repeat=False), two[1], output)
+    for prompt, extends, expected in ((other_start, 7, True), (other_start, 6, False),
+                                      (other_start, -1, False), (others[3], 7, False)):
         memo = TurnIds()
-        memo.remember(_turn(first), 2, ids, cursor)
-        assert (memo.take("s", others[3], extends) is not None) is expected
+        turn = first if prompt is others[3] else two
+        memo.remember(_turn(turn), 2, ids, cursor)
+        assert (memo.take("s", prompt, extends) is not None) is expected
     memo = TurnIds()
     memo.remember(_turn(first), 2, ids, cursor)
     assert memo.take("s", others[1], 7) is None  # the output is shorter than the turn's

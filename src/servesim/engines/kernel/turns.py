@@ -9,8 +9,9 @@ blocks from there on (:func:`~servesim.engines.kernel.tokens.block_ids` resumes 
 previous turn's cursor), so its cost is its new tokens, not the conversation's.
 
 The next turn takes them over only when its prompt is checked to continue the remembered
-turn's tokens: the same segments (a C-level comparison of shared objects, or none when the
-workload says it built the prompt from that turn's, ``RequestSpec.extends``), then that
+turn's tokens: the same segments (a C-level comparison of shared objects; only the last,
+by identity, when the workload says it built the prompt from that turn's,
+``RequestSpec.extends``), then that
 turn's output segment, at least as long as the output its identities cover. Anything else
 (another session, a turn that ran on another rank, a prompt built otherwise) hashes from
 the start, as without it. The identities are pure functions of the tokens, so what the
@@ -92,8 +93,9 @@ class TurnIds:
         walk from and the blocks known to answer the first identities; else None. The
         remembered turn is used up either way; one that ``prompt`` does not continue marks
         the session. ``extends`` (:attr:`RequestSpec.extends`) naming the remembered turn
-        says its segments begin ``prompt``: they are not compared then (a long
-        conversation's are many)."""
+        says its segments begin ``prompt``: then only the last of them is checked to be the
+        very object ``prompt`` holds there (as :func:`extend_prompt` leaves it), not every
+        one compared (a long conversation's are many)."""
         if session_id is None:
             return None
         turn = self._last.get(session_id)
@@ -102,9 +104,11 @@ class TurnIds:
         del self._last[session_id]
         n = len(turn.prompt)
         output = prompt[n] if len(prompt) > n else None
+        built_from = (n > 0 and extends == turn.request_id
+                      and prompt[n - 1] is turn.prompt[n - 1])
         if (output is None or output.key != generated_key(turn.request_id) or output.repeat
                 or output.offset or output.length < turn.generated
-                or (extends != turn.request_id and prompt[:n] != turn.prompt)):
+                or not (built_from or prompt[:n] == turn.prompt)):
             self._keep(session_id, None)
             return None
         return turn.hashes, turn.cursor, turn.known
