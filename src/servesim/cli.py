@@ -399,10 +399,11 @@ def run_calibrate(args: argparse.Namespace, registry: EngineRegistry, out: Conso
     from servesim.calibrate.run import calibrate, document, output_spread
     from servesim.render import calibration_tables
 
-    if args.output_spread is not None and not 0.0 <= args.output_spread < 1.0:  # also NaN
+    # the range of traffic.source.output_range_ratio, which it stands for (NaN fails too)
+    if args.output_spread is not None and not 0.0 <= args.output_spread <= 1.0:
         raise ServesimError([Diagnostic(
             code=codes.BAD_ARGUMENT, location="--output-spread",
-            message=f"must be in [0, 1), got {args.output_spread}",
+            message=f"must be in [0, 1], got {args.output_spread}",
             hint="0.2 spreads output lengths by +-20%; 0 replays the clients in lockstep")])
     output = _output_path(args.output, "-o")
     assert output is not None

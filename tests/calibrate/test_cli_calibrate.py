@@ -123,7 +123,11 @@ def test_a_deployment_other_than_the_configs_is_named(
      "missing.json: file not found"),
     (("calibrate", "deploy.toml", "deploy.toml", "-o", "cal.json"), "not valid JSON"),
     (("calibrate", "deploy.toml", FILES[0], "-o", "cal.json", "--output-spread", "nan"),
-     "--output-spread: must be in [0, 1), got nan"),
+     "--output-spread: must be in [0, 1], got nan"),
+    (("calibrate", "deploy.toml", FILES[0], "-o", "cal.json", "--output-spread", "1.5"),
+     "--output-spread: must be in [0, 1], got 1.5"),
+    (("calibrate", "deploy.toml", FILES[0], "-o", "cal.json", "--output-spread", "-0.1"),
+     "--output-spread: must be in [0, 1], got -0.1"),
 ])
 def test_bad_input_gets_a_diagnostic_and_writes_nothing(
         capsys: pytest.CaptureFixture[str], argv: tuple[str, ...], message: str) -> None:
