@@ -126,6 +126,31 @@ def test_4bit_weights_run_fp4_tensor_cores_only_where_the_gpu_has_them() -> None
         assert (after > before) is changes
 
 
+def _expert_ms(gpu: str, moe_quant: str | None = None) -> float:
+    """A 64-request decode step's routed-expert time on ``gpu`` (gpt-oss-120b, TP4)."""
+    t = _timer("openai/gpt-oss-120b", gpu, tensor=4, moe_tensor=4, moe_quant=moe_quant)
+    layers = sum(c.count for c in t.geometry.classes if c.moe)
+    return layers * t._moe_s(64) * 1e3
+
+
+def test_weight_only_experts_are_bounded_by_dequantisation_not_bandwidth() -> None:
+    # An H200 is an H100's SMs with 1.43x the memory bandwidth: bf16 experts read faster,
+    # weight-only 4-bit ones are bounded by the SMs' dequantisation rate on both.
+    h100, h200 = load_gpu("h100_sxm"), load_gpu("h200_sxm")
+    assert h200.mem_bw > 1.4 * h100.mem_bw
+    assert h200.w4a16_bytes_per_s == h100.w4a16_bytes_per_s
+    assert _expert_ms("h200_sxm", "bf16") < 0.8 * _expert_ms("h100_sxm", "bf16")
+    assert _expert_ms("h200_sxm") == pytest.approx(_expert_ms("h100_sxm"), rel=0.02)
+    # the ceiling binds below the bandwidth: without it the H200 would be faster
+    geo = _timer("openai/gpt-oss-120b", "h200_sxm", tensor=4, moe_tensor=4).geometry
+    assert geo.moe_kernel == "w4a16" and geo.moe_dequant_bw == h200.w4a16_bytes_per_s
+    unbounded = AnalyticalTimer(attrs.evolve(geo, moe_dequant_bw=0.0), load_constants())
+    assert unbounded._moe_s(64) < 0.8 * _timer(
+        "openai/gpt-oss-120b", "h200_sxm", tensor=4, moe_tensor=4)._moe_s(64)
+    # tensor-core FP4 (Blackwell) reads its experts at the memory bandwidth
+    assert _timer("openai/gpt-oss-120b", "b200_sxm", tensor=4).geometry.moe_dequant_bw == 0.0
+
+
 def test_exposed_softmax_is_priced_by_the_gpus_exponential_throughput() -> None:
     # one exponential per query-key pair and head; Blackwell Ultra doubles the units'
     # throughput per SM, so the same prompt's exposed softmax costs B300 less than B200

@@ -610,6 +610,8 @@ class GpuSpec:
     int8_flops: float | None
     # exponentials per second of the special function units (attention's softmax)
     exp_per_s: float | None
+    # weight bytes per second the SMs dequantise in weight-only (w4a16) GEMMs
+    w4a16_bytes_per_s: float | None
     intra_node_bw: float
     inter_node_bw: float
     pcie_bw: float | None
@@ -651,6 +653,7 @@ class GpuSpec:
             fp4_flops=num(gpu, "fp4_tc_flops"),
             int8_flops=num(gpu, "int8_tc_flops"),
             exp_per_s=num(gpu, "exp_per_s"),
+            w4a16_bytes_per_s=num(gpu, "w4a16_bytes_per_s"),
             intra_node_bw=need(node, "intra_node_bw"),
             inter_node_bw=need(node, "inter_node_bw"),
             pcie_bw=num(node, "pcie_bw"),

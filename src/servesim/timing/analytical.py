@@ -397,6 +397,10 @@ class StepGeometry:
     # exponentials per second of the GPU's special function units, which the softmax of
     # attention runs on (0: not known, no softmax time priced)
     exp_per_s: float = 0.0
+    # weight bytes per second the SMs dequantise where the dense GEMMs and the experts run
+    # weight-only (w4a16) kernels: a ceiling besides the memory bandwidth (0: none)
+    gemm_dequant_bw: float = 0.0
+    moe_dequant_bw: float = 0.0
 
 
 def _fail(role_path: tuple[str, ...], message: str, hint: str | None = None) -> ReplayError:
@@ -419,6 +423,16 @@ def _kernel(gpu: GpuSpec, quant: str) -> tuple[float, str]:
     if nbytes < 1:
         return peak, "fp4" if kind == "fp4" else "w4a16"
     return peak, kind
+
+
+def _dequant_bw(gpu: GpuSpec, kernel: str) -> float:
+    """The rate (weight bytes/s) at which ``gpu``'s SMs dequantise the weights of
+    ``kernel``'s GEMMs: ``gpu.w4a16_bytes_per_s`` for weight-only kernels (0: no ceiling
+    but the memory bandwidth). Such a kernel converts every 4-bit weight to bf16 on the
+    SMs, which bounds it below the memory bandwidth on Hopper and Blackwell alike (the
+    catalog's README: an H200, an H100's SMs with 1.43x its bandwidth, runs measured MXFP4
+    experts at about an H100's speed and bf16 ones 1.4x faster)."""
+    return (gpu.w4a16_bytes_per_s or 0.0) if kernel == "w4a16" else 0.0
 
 
 def build_geometry(
@@ -472,6 +486,8 @@ def build_geometry(
         moe_peak=moe_peak,
         attn_peak=gpu.bf16_flops,
         exp_per_s=gpu.exp_per_s or 0.0,
+        gemm_dequant_bw=_dequant_bw(gpu, gemm_kernel),
+        moe_dequant_bw=_dequant_bw(gpu, moe_kernel),
         mem_bw=gpu.mem_bw,
         gemm_quant=gq,
         moe_quant=mq,
@@ -798,6 +814,8 @@ class AnalyticalTimer:
         for cls in self._classes:
             flops = 2.0 * cls.dense_elems * tokens
             t = max(flops / (g.gemm_peak * u_c), self._mem_s(cls.dense_bytes + act))
+            if g.gemm_dequant_bw:
+                t = max(t, cls.dense_bytes / g.gemm_dequant_bw)
             if cls.moe:
                 t += self._moe_s(moe_tokens)
             total += cls.count * t
@@ -815,7 +833,8 @@ class AnalyticalTimer:
         pass one rank often holds twice the mean number of touched experts, while large
         batches balance out. Each of the rank's pairs also moves ``moe_act_passes`` copies
         of its hidden-size activations through memory (permutation and combine), whatever
-        the slice of the expert the rank holds.
+        the slice of the expert the rank holds. Weight-only experts read their weights no
+        faster than the SMs dequantise them (:func:`_dequant_bw`).
         """
         g = self._geo
         if g.experts == 0 or tokens <= 0:
@@ -833,8 +852,11 @@ class AnalyticalTimer:
         per_expert = pairs / g.experts
         flops = 2.0 * rank_pairs * g.expert_elems
         compute = flops / (g.moe_peak * self._moe_c(max(per_expert, 1.0)))
-        return (max(compute, self._mem_s(touched * g.expert_bytes)) + touched * self._expert_s
-                + self._mem_s(rank_pairs * self._pair_bytes))
+        weights = touched * g.expert_bytes
+        t = max(compute, self._mem_s(weights))
+        if g.moe_dequant_bw:
+            t = max(t, weights / g.moe_dequant_bw)
+        return t + touched * self._expert_s + self._mem_s(rank_pairs * self._pair_bytes)
 
     def _lm_head_s(self, tokens: float) -> float:
         g = self._geo
