@@ -37,6 +37,7 @@ COMPILED = (
     "servesim.engines.kernel.passes",
     "servesim.engines.kernel.speculation",
     "servesim.engines.kernel.replay",
+    "servesim.engines.kernel.sla",
     "servesim.engines.kernel.tokens",
     "servesim.engines.ranks.scheduler",
     "servesim.engines.ranks.token_ratio",

@@ -32,7 +32,6 @@ from servesim.plugins.manager import EngineRegistry
 from servesim.rules import prompt_over_budget
 from servesim.sla import sla_deprecations
 from servesim.sweep.pricing import cost_figures
-from servesim.timing.measured import measured_notes
 from servesim.timing.registry import make_timer
 from servesim.version import __version__
 from servesim.workloads import (
@@ -127,8 +126,20 @@ def check_input_files(payload: Payload, *, registry: EngineRegistry,
         except ServesimError as exc:
             out += exc.diagnostics
     if not any(d.severity == "error" for d in out):
-        out += measured_notes(payload.roles, registry.backends)[1]
+        out += _measured_notes(payload, registry)[1]
     return out
+
+
+def _measured_notes(payload: Payload, registry: EngineRegistry
+                    ) -> tuple[dict[str, str], list[Diagnostic]]:
+    """:func:`servesim.timing.measured.measured_notes` of the payload's roles; the measured
+    provider (and the default timing it falls back to) is imported only for a payload
+    that uses it."""
+    if all(role.timing.type != "measured" for role in payload.roles.values()):
+        return {}, []
+    from servesim.timing.measured import measured_notes
+
+    return measured_notes(payload.roles, registry.backends)
 
 
 def replay_payload(payload: Payload, *, registry: EngineRegistry | None = None,
@@ -162,7 +173,7 @@ def replay_payload(payload: Payload, *, registry: EngineRegistry | None = None,
                                  lambda: engine.validate_payload(payload))
     if diags:
         raise PayloadError(diags)
-    timing_sources, warnings = measured_notes(payload.roles, registry.backends)
+    timing_sources, warnings = _measured_notes(payload, registry)
     warnings = [*sla_deprecations(payload.sla), *warnings]
     collector = MetricsCollector(payload.sla)
     started = time.perf_counter()

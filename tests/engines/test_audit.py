@@ -248,7 +248,9 @@ def test_zero_time_passes_that_change_nothing_end_with_the_stuck_requests(
     class Stuck(AggregatedReplay):
         # A scheduler bug: a pass that claims progress, takes no time and changes nothing.
         def _run_ranks(self, worker: Any) -> tuple[list[RankPass], float, bool]:
-            return [RankPass(progressed=True)], 0.0, True
+            claimed = RankPass()
+            claimed.progressed = True
+            return [claimed], 0.0, True
 
     run = Stuck(role, make_timer(role), ListWorkload([sim.spec(0, 8, 2), sim.spec(1, 8, 2)]),
                 lambda r: None, None)

@@ -996,6 +996,12 @@ class AnalyticalTimer:
         # (servesim.timing.decode_price)
         return self._decode.decode_ms(batch, active_kv_tokens, mean_context)
 
+    def decode_steps_ms(self, batch: int, active_kv_tokens: int, total_kv_tokens: int,
+                        steps: int) -> list[float]:
+        """:meth:`decode_ms` of ``steps`` steady passes, in one native loop
+        (:class:`servesim.timing.base.StepTimer`)."""
+        return self._decode.decode_steps_ms(batch, active_kv_tokens, steps)
+
     def _decode_batch_terms(self, n: float, tokens: float) -> tuple[float, float, float]:
         """GEMMs, communication and fixed overheads of a decode pass of ``n`` requests
         (``tokens`` through the GEMMs): they depend on the batch alone."""

@@ -29,6 +29,13 @@ class StepTimer(Protocol):
     ``group_tokens`` prompt tokens together (mixture-of-experts layers see them all). The
     engines call it, instead of :meth:`prefill_ms`, for the ranks of a pass in which more
     than one rank prefilled; a timer without it prices every rank on its own.
+
+    And ``decode_steps_ms(batch, active_kv_tokens, total_kv_tokens, steps) -> list[float]``:
+    the decode halves of ``steps`` steady passes of the same ``batch`` requests, pass
+    ``j`` (from 0) holding ``active_kv_tokens + batch * j`` tokens with a mean context of
+    that over ``batch``, rounded down; each the float :meth:`decode_ms` gives for those
+    arguments. The engines price a run of steady passes with it in one call; a timer
+    without it is called once per pass.
     """
 
     def prefill_ms(self, batch: int, mean_isl: float, mean_prefix: float) -> float:

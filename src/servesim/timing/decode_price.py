@@ -119,3 +119,12 @@ class DecodePrice:
             attn += self.linear * _larger(flops / (self.attn_peak * self.lin_c),
                                           self.mem_s(2.0 * n * self.state_bytes))
         return (gemm + comm + attn + fixed) * 1e3
+
+    def decode_steps_ms(self, batch: int, active_kv_tokens: int, steps: int) -> list[float]:
+        """:meth:`decode_ms` of ``steps`` steady passes: pass ``j`` holds ``batch * j``
+        more tokens, mean context their floor mean (``StepTimer.decode_steps_ms``)."""
+        out: list[float] = []
+        for j in range(steps):
+            a = active_kv_tokens + batch * j
+            out.append(self.decode_ms(batch, a, a // batch if batch > 0 else 0))
+        return out

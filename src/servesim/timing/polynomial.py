@@ -6,14 +6,16 @@ utilisation of the pool, floored at 1 ms.
 
 from __future__ import annotations
 
+from typing import Final
+
 import attrs
 
-PREFILL_A = 4.209989e-07
-PREFILL_B = 1.518344e-02
-PREFILL_C = 16.50142
-DECODE_A = -25.74
-DECODE_B = 54.01
-DECODE_C = 5.74
+PREFILL_A: Final = 4.209989e-07
+PREFILL_B: Final = 1.518344e-02
+PREFILL_C: Final = 16.50142
+DECODE_A: Final = -25.74
+DECODE_B: Final = 54.01
+DECODE_C: Final = 5.74
 
 
 @attrs.frozen(slots=True)
@@ -27,11 +29,21 @@ class PolynomialTimer:
     def decode_ms(
         self, batch: int, active_kv_tokens: int, mean_context: float, total_kv_tokens: int
     ) -> float:
-        # Called once per decode step of a bulk segment: comparisons, not min()/max() calls.
-        if batch <= 0:
-            return 0.0
-        u = active_kv_tokens / total_kv_tokens if total_kv_tokens > 0 else 1.0
-        if u > 1.0:
-            u = 1.0
-        t = DECODE_A * u * u + DECODE_B * u + DECODE_C
-        return t if t > 1.0 else 1.0
+        return _decode_ms(batch, active_kv_tokens, total_kv_tokens)
+
+    def decode_steps_ms(self, batch: int, active_kv_tokens: int, total_kv_tokens: int,
+                        steps: int) -> list[float]:
+        """:meth:`decode_ms` of ``steps`` steady passes (see :class:`StepTimer`)."""
+        return [_decode_ms(batch, active_kv_tokens + batch * j, total_kv_tokens)
+                for j in range(steps)]
+
+
+def _decode_ms(batch: int, active_kv_tokens: int, total_kv_tokens: int) -> float:
+    # Called once per decode step of a bulk segment: comparisons, not min()/max() calls.
+    if batch <= 0:
+        return 0.0
+    u = active_kv_tokens / total_kv_tokens if total_kv_tokens > 0 else 1.0
+    if u > 1.0:
+        u = 1.0
+    t = DECODE_A * u * u + DECODE_B * u + DECODE_C
+    return t if t > 1.0 else 1.0

@@ -10,19 +10,27 @@ from servesim.engines.kernel.tokens import Segment, extend_prompt, generated_key
 from servesim.workloads.mooncake import MooncakeReader, TraceRow
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class TraceSession:
     """A trace session; its later rows are read from the shared reader on demand.
 
     ``speedup`` divides timestamps (relative to the reader's origin) and delays. With
     ``delta`` (``mooncake-delta``) a later row holds only the new input: the prompt is the
-    previous prompt, the previous output, then the row's tokens.
+    previous prompt, the previous output, then the row's tokens. ``__init__`` is written
+    out so that the compiled build runs it natively (one per trace row).
     """
 
     first: TraceRow
     reader: MooncakeReader
-    speedup: float = 1.0
-    delta: bool = False
+    speedup: float
+    delta: bool
+
+    def __init__(self, first: TraceRow, reader: MooncakeReader, speedup: float = 1.0,
+                 delta: bool = False) -> None:
+        self.first = first
+        self.reader = reader
+        self.speedup = speedup
+        self.delta = delta
 
     def _spec(self, row: TraceRow, arrival_ms: float,
               previous: RequestSpec | None) -> RequestSpec:

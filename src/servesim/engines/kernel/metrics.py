@@ -126,13 +126,14 @@ def exact_sum(values: Iterable[float], counts: Iterable[int]) -> float:
     counts = counts if isinstance(counts, list) else list(counts)
     if len(values) != len(counts):
         raise ValueError("exact_sum needs one count per value")
+    split = _split_sum(values, counts)
+    if split is not None:
+        return split
     smallest = min(filter(None, map(abs, values)), default=0.0)
     if not smallest:
         return 0.0
     low = math.frexp(smallest)[1]  # ulp(value) >= 2**(low - 53) for every value
     high = math.frexp(max(map(abs, values)))[1]  # every magnitude < 2**high
-    if low >= -_SPLIT_RANGE and high <= _SPLIT_RANGE and max(counts) < _SPLIT_COUNT:
-        return _split_sum(values, counts)
     shift = max(53 - low, 0)
     if max(high, 0) + shift <= 1023:
         scaled = map(int, map(operator.mul, values, itertools.repeat(math.ldexp(1.0, shift))))
@@ -153,22 +154,33 @@ def exact_sum(values: Iterable[float], counts: Iterable[int]) -> float:
 # half times a count below 2**26 is then an exact double (while it stays normal).
 _SPLITTER = 134217729.0
 _SPLIT_COUNT = 1 << 26
-_SPLIT_RANGE = 900  # binades either side of 1 in which halves and products stay normal
+# magnitudes in which halves and products stay normal: 900 binades either side of 1
+# (``math.frexp`` exponents -900 .. 900)
+_SPLIT_LOW = 2.0 ** -901
+_SPLIT_HIGH = 2.0 ** 900
 
 
-def _split_sum(values: list[float], counts: list[int]) -> float:
+def _split_sum(values: list[float], counts: list[int]) -> float | None:
     """:func:`exact_sum` as ``math.fsum`` of exact products: each value split into two
     halves (:data:`_SPLITTER`), each half times its count. fsum rounds the exact sum of
     its inputs correctly, so this is the same float as the integer sum, without integers
-    of a hundred bits and more. The parts are an array (16 bytes a value, not 64 as float
-    objects in a list): a report may sum millions of distinct gaps."""
+    of a hundred bits and more. None where a count or a finite nonzero magnitude is out
+    of the split's range (checked in the same loop). The parts are a view of 16 bytes a
+    value, not 64 as float objects in a list: a report may sum millions of distinct gaps;
+    a view, as storing a float into an array item parses it as an argument, twice the
+    instructions of a view's store."""
     n = len(values)
-    parts = array("d", bytes(16 * n))
+    parts = memoryview(bytearray(16 * n)).cast("d")
     for i in range(n):  # (by index: the compiled loop reads the lists unboxed)
         value = values[i]
+        count = counts[i]
+        magnitude = value if value >= 0.0 else -value
+        if count >= _SPLIT_COUNT or (0.0 < magnitude < _SPLIT_LOW) or (
+                _SPLIT_HIGH <= magnitude < math.inf):
+            return None
         scaled = value * _SPLITTER
         high = scaled - (scaled - value)
-        weight = float(counts[i])
+        weight = float(count)
         parts[2 * i] = high * weight
         parts[2 * i + 1] = (value - high) * weight
     return math.fsum(parts)
@@ -430,7 +442,9 @@ class MetricsCollector:
             while i < n and not burst:
                 if len(runs) == _MAX_RUNS:
                     return False
-                first = bisect.bisect_left(ends, times[i])
+                # (on the view: bisecting the array subclass indexes it through Python's
+                # generic __getitem__, about a thousand instructions a probe)
+                first = bisect.bisect_left(passes, times[i])
                 k = min(n - i, len(ends) - first)
                 if not _same(passes, first, tokens, i, k):
                     # the longest run, by bisection (a run's prefixes are runs too)
@@ -500,7 +514,8 @@ class MetricsCollector:
         floor = getattr(pass_ends, "floor", None)
         if floor is None or len(pass_ends) < self.fold_passes:
             return
-        settled = bisect.bisect_left(pass_ends, floor)
+        with memoryview(pass_ends) as view:  # (see _count_runs)
+            settled = bisect.bisect_left(view, floor)
         if settled < self.fold_passes // 2 or settled < 2:
             return
         keep_from = settled - 1  # the pass before the first kept gap stays, as index 0

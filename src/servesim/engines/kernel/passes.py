@@ -49,14 +49,20 @@ from servesim.payload import RoleArgs
 from servesim.timing.base import StepTimer
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, init=False)
 class Segment:
     """Steady decode passes of one worker, planned when they start and applied when the
-    last one ends (or cut short when something touches the worker)."""
+    last one ends (or cut short when something touches the worker). ``__init__`` is
+    written out so that the compiled build runs it natively."""
 
     ranks: list[Rank]  # the ranks with work, each running one token per request
     ends: array  # end time of every pass, in order
     waiting: list[bool]  # per rank: a request was waiting when the segment started
+
+    def __init__(self, ranks: list[Rank], ends: array, waiting: list[bool]) -> None:
+        self.ranks = ranks
+        self.ends = ends
+        self.waiting = waiting
 
 
 @dataclass(slots=True, eq=False, kw_only=True)
@@ -100,6 +106,7 @@ class PassWorker:
 W = TypeVar("W", bound=PassWorker)
 # A rank's steady decode steps: its timer, KV capacity (tokens), batch, active KV tokens.
 StepPlan = tuple[StepTimer, int, int, int]
+_FIRST_STEPS = 8  # passes priced in the first chunk of a segment (then twice as many)
 
 
 class PassEnd(Generic[W]):
@@ -296,17 +303,24 @@ class PassReplay(Replay, Generic[W]):
             cutoff = float("inf")
         times: list[float] = []
         t = self.now
-        for j in range(steps):
-            duration = _steady_pass_ms(plans, j)
-            if duration <= 0.0:
-                break
-            end = t + duration
-            if end > cutoff:
-                break
-            times.append(end)
-            t = end
-            if end >= horizon:
-                break  # the pass in flight when the worker is touched
+        j, chunk, more = 0, _FIRST_STEPS, True
+        while more and j < steps:  # priced a growing chunk at a time: few passes fit often
+            count = min(chunk, steps - j)
+            for duration in _steady_passes_ms(plans, j, count):
+                if duration <= 0.0:
+                    more = False
+                    break
+                end = t + duration
+                if end > cutoff:
+                    more = False
+                    break
+                times.append(end)
+                t = end
+                if end >= horizon:
+                    more = False  # the pass in flight when the worker is touched
+                    break
+            j += count
+            chunk *= 2
         k = len(times)
         for rank in ranks:
             if k:
@@ -441,18 +455,33 @@ def _hold_prompts(worker: PassWorker) -> bool:
     return True
 
 
-def _steady_pass_ms(plans: list[StepPlan], j: int) -> float:
-    """Duration of pass ``j`` of a steady segment planned as ``plans`` (per rank: timer, KV
-    capacity, batch, active KV tokens at the start): its slowest rank's decode step (no
-    prefill half)."""
+def _steady_passes_ms(plans: list[StepPlan], first: int, count: int) -> list[float]:
+    """Durations of passes ``first .. first + count - 1`` of a steady segment planned as
+    ``plans`` (per rank: timer, KV capacity, batch, active KV tokens at the start): each
+    its slowest rank's decode step (no prefill half)."""
     if len(plans) == 1:
-        timer, total, n, active = plans[0]
-        a = active + n * j
-        return 0.0 + timer.decode_ms(n, a, a // n, total)
-    duration = 0.0
-    for timer, total, n, active in plans:
-        a = active + n * j
-        d = 0.0 + timer.decode_ms(n, a, a // n, total)
-        if d > duration:
-            duration = d
-    return duration
+        return _rank_passes_ms(plans[0], first, count)
+    out = [0.0] * count
+    for plan in plans:
+        for i, d in enumerate(_rank_passes_ms(plan, first, count)):
+            if d > out[i]:
+                out[i] = d
+    return out
+
+
+def _rank_passes_ms(plan: StepPlan, first: int, count: int) -> list[float]:
+    """One rank's decode steps of passes ``first .. first + count - 1`` of its steady
+    segment: from the timer's ``decode_steps_ms`` in one call where it has one (and it
+    gives ``count`` of them), else a ``decode_ms`` call per pass (``StepTimer``)."""
+    timer, total, n, active = plan
+    start = active + n * first
+    series = getattr(timer, "decode_steps_ms", None)
+    if series is not None:
+        steps = series(n, start, total, count)
+        if len(steps) == count:
+            return [0.0 + d for d in steps]
+    out: list[float] = []
+    for j in range(count):
+        a = start + n * j
+        out.append(0.0 + timer.decode_ms(n, a, a // n, total))
+    return out

@@ -75,9 +75,11 @@ class RunMap(Generic[V]):
         """Drop offsets ``end ..``."""
         if end >= self.size:
             return
-        cut = _after(self.starts, end - 1, len(self.starts))  # those starting at ``end`` on go
-        del self.starts[cut:]
-        del self.values[cut:]
+        starts, values = self.starts, self.values
+        cut = _after(starts, end - 1, len(starts))  # those starting at ``end`` on go
+        while len(starts) > cut:  # (pop: compiled, a native call, where del is generic)
+            starts.pop()
+            values.pop()
         self.size = end
 
     def clear(self) -> None:
@@ -201,8 +203,8 @@ class RunMap(Generic[V]):
         """Merge run ``i`` into run ``i - 1`` if they hold the same value."""
         values = self.values
         if 0 < i < len(values) and values[i - 1] == values[i]:
-            del self.starts[i]
-            del values[i]
+            self.starts.pop(i)
+            values.pop(i)
 
     def is_canonical(self) -> bool:
         """Whether the runs are well formed: starting at 0, increasing, inside ``size``,

@@ -55,7 +55,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final
 
 from servesim import backends
@@ -196,21 +196,32 @@ def output_reserve(seq: SeqState, ahead: int = 0) -> int:
     return min(seq.stop_len - seq.prompt_len - seq.generated - ahead, CLIP_MAX_NEW_TOKENS)
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, init=False)
 class RankPass:
-    """What one rank did in one pass; token times are stamped by the caller."""
+    """What one rank did in one pass; token times are stamped by the caller.
+    ``__init__`` is written out so that the compiled build runs it natively."""
 
-    prefill_ms: float = 0.0
-    decode_ms: float = 0.0
+    prefill_ms: float
+    decode_ms: float
     # what the prefill half was priced from: (batch, mean_isl, mean_prefix), and the
     # prompt tokens computed (a worker re-prices it with its ranks' tokens together)
-    prefill_args: tuple[int, int, int] | None = None
-    prefill_tokens: int = 0
+    prefill_args: tuple[int, int, int] | None
+    prefill_tokens: int
     # One entry per emitted token: a speculative burst lists its request once per token.
-    emitted: list[SeqState] = field(default_factory=list)
-    finished: list[SeqState] = field(default_factory=list)  # completed at the end of the pass
-    rejected: list[SeqState] = field(default_factory=list)  # terminal at the start of the pass
-    progressed: bool = False
+    emitted: list[SeqState]
+    finished: list[SeqState]  # completed at the end of the pass
+    rejected: list[SeqState]  # terminal at the start of the pass
+    progressed: bool
+
+    def __init__(self) -> None:
+        self.prefill_ms = 0.0
+        self.decode_ms = 0.0
+        self.prefill_args = None
+        self.prefill_tokens = 0
+        self.emitted = []
+        self.finished = []
+        self.rejected = []
+        self.progressed = False
 
     @property
     def duration_ms(self) -> float:
