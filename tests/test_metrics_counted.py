@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
 from array import array
 from collections import Counter
 from fractions import Fraction
@@ -47,6 +48,16 @@ def test_exact_sum_is_fsum_of_the_repeated_values(pairs: list[tuple[float, int]]
     small = [(v, c % 50 + 1) for v, c in pairs]
     expanded = [v for v, c in small for _ in range(c)]
     assert exact_sum([v for v, _ in small], [c for _, c in small]) == math.fsum(expanded)
+
+
+@pytest.mark.parametrize("n", [2047, 2048, 2049, 6000])
+def test_exact_sum_over_chunks_of_parts(n: int) -> None:
+    # the split's parts are packed 4,096 (2,048 values) at a time: sums across that boundary
+    rng = random.Random(n)
+    pairs = [(rng.choice([rng.random(), rng.uniform(0, 1e7), 0.1, 1e-3]), rng.randint(1, 3))
+             for _ in range(n)]
+    expanded = [v for v, c in pairs for _ in range(c)]
+    assert exact_sum([v for v, _ in pairs], [c for _, c in pairs]) == math.fsum(expanded)
 
 
 def _itl_report(records: list[RequestRecord]) -> dict[str, float]:

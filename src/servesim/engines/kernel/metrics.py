@@ -40,9 +40,10 @@ import itertools
 import json
 import math
 import operator
+import struct
 from array import array
 from collections.abc import Iterable, Mapping
-from typing import IO, Any
+from typing import IO, Any, Final
 
 from mypy_extensions import mypyc_attr
 
@@ -152,12 +153,17 @@ def exact_sum(values: Iterable[float], counts: Iterable[int]) -> float:
 # Veltkamp's split: ``value * (2**27 + 1)`` cuts a double into two halves of at most 26
 # significant bits each, exact in round-to-nearest while the product cannot overflow; a
 # half times a count below 2**26 is then an exact double (while it stays normal).
-_SPLITTER = 134217729.0
-_SPLIT_COUNT = 1 << 26
+_SPLITTER: Final = 134217729.0
+_SPLIT_COUNT: Final = 1 << 26
 # magnitudes in which halves and products stay normal: 900 binades either side of 1
 # (``math.frexp`` exponents -900 .. 900)
-_SPLIT_LOW = 2.0 ** -901
-_SPLIT_HIGH = 2.0 ** 900
+_SPLIT_LOW: Final = 2.0 ** -901
+_SPLIT_HIGH: Final = 2.0 ** 900
+_INF: Final = float("inf")
+# parts packed into the buffer at a time (a list of floats stores natively when compiled;
+# a buffer item store parses its float as an argument)
+_PACK_PARTS: Final = 4096
+_PACK = struct.Struct(f"{_PACK_PARTS}d")
 
 
 def _split_sum(values: list[float], counts: list[int]) -> float | None:
@@ -165,25 +171,33 @@ def _split_sum(values: list[float], counts: list[int]) -> float | None:
     halves (:data:`_SPLITTER`), each half times its count. fsum rounds the exact sum of
     its inputs correctly, so this is the same float as the integer sum, without integers
     of a hundred bits and more. None where a count or a finite nonzero magnitude is out
-    of the split's range (checked in the same loop). The parts are a view of 16 bytes a
-    value, not 64 as float objects in a list: a report may sum millions of distinct gaps;
-    a view, as storing a float into an array item parses it as an argument, twice the
-    instructions of a view's store."""
+    of the split's range (checked in the same loop). The parts go to a buffer of 16 bytes
+    a value, not 64 as float objects in a list (a report may sum millions of distinct
+    gaps), :data:`_PACK_PARTS` at a time."""
     n = len(values)
-    parts = memoryview(bytearray(16 * n)).cast("d")
+    buffer = bytearray(16 * n)
+    chunk: list[float] = []
+    offset = 0
     for i in range(n):  # (by index: the compiled loop reads the lists unboxed)
         value = values[i]
         count = counts[i]
         magnitude = value if value >= 0.0 else -value
         if count >= _SPLIT_COUNT or (0.0 < magnitude < _SPLIT_LOW) or (
-                _SPLIT_HIGH <= magnitude < math.inf):
+                _SPLIT_HIGH <= magnitude < _INF):
             return None
         scaled = value * _SPLITTER
         high = scaled - (scaled - value)
         weight = float(count)
-        parts[2 * i] = high * weight
-        parts[2 * i + 1] = (value - high) * weight
-    return math.fsum(parts)
+        chunk.append(high * weight)
+        chunk.append((value - high) * weight)
+        if len(chunk) == _PACK_PARTS:
+            _PACK.pack_into(buffer, offset, *chunk)
+            offset += 8 * _PACK_PARTS
+            chunk.clear()
+    if chunk:
+        struct.pack_into(f"{len(chunk)}d", buffer, offset, *chunk)
+    with memoryview(buffer) as raw, raw.cast("d") as parts:
+        return math.fsum(parts)
 
 
 def sorted_distribution(values: list[float], weights: list[int], name: str,
