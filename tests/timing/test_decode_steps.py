@@ -69,3 +69,4 @@ def test_replay_is_the_same_without_decode_steps(example: str, timer: type, fewe
         reports.append(report)
     assert reports[0] == reports[1]
     assert reports[0]["completed_requests"] > 0
+

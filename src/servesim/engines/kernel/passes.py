@@ -36,6 +36,7 @@ from typing import Any, Generic, TypeVar
 
 from mypy_extensions import mypyc_attr
 
+from servesim import codes
 from servesim.engines.kernel.audit import guard_replay
 from servesim.engines.kernel.core import LATER_ROUND, Guard, Sink
 from servesim.engines.kernel.events import PHASE_ENGINE
@@ -44,7 +45,7 @@ from servesim.engines.kernel.rank import Rank, RankResult, Seq
 from servesim.engines.kernel.replay import Replay
 from servesim.engines.kernel.requests import PassEnds, Workload
 from servesim.engines.kernel.speculation import acceptance_report
-from servesim.errors import ReplayError
+from servesim.errors import Diagnostic, ReplayError
 from servesim.payload import RoleArgs
 from servesim.timing.base import StepTimer
 
@@ -471,15 +472,22 @@ def _steady_passes_ms(plans: list[StepPlan], first: int, count: int) -> list[flo
 
 def _rank_passes_ms(plan: StepPlan, first: int, count: int) -> list[float]:
     """One rank's decode steps of passes ``first .. first + count - 1`` of its steady
-    segment: from the timer's ``decode_steps_ms`` in one call where it has one (and it
-    gives ``count`` of them), else a ``decode_ms`` call per pass (``StepTimer``)."""
+    segment: from the timer's ``decode_steps_ms`` in one call where it has one, else a
+    ``decode_ms`` call per pass (``StepTimer``). A series that is not a list of ``count``
+    durations is the timer's error."""
     timer, total, n, active = plan
     start = active + n * first
     series = getattr(timer, "decode_steps_ms", None)
     if series is not None:
         steps = series(n, start, total, count)
-        if len(steps) == count:
-            return [0.0 + d for d in steps]
+        if not isinstance(steps, list) or len(steps) != count:
+            got = f"{len(steps)} values" if isinstance(steps, list) else repr(steps)[:60]
+            raise ReplayError([Diagnostic(
+                code=codes.TIMING_INVALID,
+                message=f"the timer's decode_steps_ms({n}, {start}, {total}, {count}) "
+                        f"returned {got}; it must return a list of {count} durations, one "
+                        "per pass")])
+        return [0.0 + d for d in steps]
     out: list[float] = []
     for j in range(count):
         a = start + n * j
