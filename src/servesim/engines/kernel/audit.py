@@ -1,9 +1,10 @@
 """Run-time guards of a replay loop: an invariant auditor and a progress watchdog.
 
 A replay loop calls :func:`guard_replay` once when it starts, :meth:`ReplayGuard.instant`
-once per loop iteration (after the events of an instant were processed and idle workers
-started their passes) and :meth:`ReplayGuard.finish` once after flushing incomplete
-requests. Everything here only *reads* scheduler and pool state.
+after a loop iteration (the events of an instant processed and idle workers started on
+their passes: every iteration while auditing, else each later round of events at one
+instant) and :meth:`ReplayGuard.finish` once after flushing incomplete requests.
+Everything here only *reads* scheduler and pool state.
 
 * The **watchdog** is always on and costs nothing while virtual time advances: after
   :data:`WATCHDOG_ITERATIONS` consecutive iterations at one instant it fingerprints the
@@ -272,6 +273,7 @@ class ReplayGuard:
     def __init__(self, replay: Any, audit: bool) -> None:
         self.replay = replay
         self.audit = audit
+        self.every_instant = audit
         self.last_now = float("-inf")
         self.same = 0  # consecutive iterations at last_now
         self._saved: tuple[Any, ...] | None = None

@@ -39,7 +39,11 @@ LATER_ROUND = (PHASE_ARRIVAL + 2, 0)
 
 
 class Guard(Protocol):
-    """Run-time checks a loop calls after each instant and once at the end."""
+    """Run-time checks a loop calls after an instant and once at the end: after each
+    instant when ``every_instant``, else after each later round of events at one instant
+    (a loop that stops advancing time)."""
+
+    every_instant: bool
 
     def instant(self, now: float) -> None: ...
 
@@ -47,6 +51,8 @@ class Guard(Protocol):
 
 
 class NoGuard:
+    every_instant = False
+
     def instant(self, now: float) -> None:
         pass
 
@@ -115,6 +121,7 @@ class EventLoop:
         settled = -inf  # the instant of the last settle
         iterations = 0
         guard = self._guard()
+        every_instant = guard.every_instant
         while True:
             t_event = events.peek_time()
             t = inf if t_event is None else t_event
@@ -142,7 +149,8 @@ class EventLoop:
             self.event_order = LATER_ROUND if later_round else AFTER_EVENTS
             self._settle()
             settled = t
-            guard.instant(self.now)
+            if every_instant or later_round:
+                guard.instant(self.now)
             iterations += 1
             if iterations % PROGRESS_EVERY == 0 and self.progress is not None:
                 self._report_progress()
