@@ -10,7 +10,6 @@ from array import array
 from collections import Counter
 from fractions import Fraction
 
-import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -21,7 +20,8 @@ from servesim.engines.kernel.metrics import (
     exact_sum,
     sorted_distribution,
 )
-from servesim.engines.kernel.requests import PassEnds, RequestRecord
+from servesim.engines.kernel.pass_ends import PassEnds
+from servesim.engines.kernel.requests import RequestRecord
 
 values = st.one_of(st.sampled_from([0.0, 1.0, 2.5, 1e-3, 7.123456789, 1e5 / 3, 0.1]),
                    st.floats(0.0, 1e7, allow_nan=False, allow_infinity=False))
@@ -90,7 +90,7 @@ def test_gaps_counted_per_pass_equal_gaps_counted_per_token(
                                      token_times=times, pass_ends=ends))
     ends.extend(ends[-1] + 1.0 + k for k in range(grow))  # passes after the last record
     per_pass = _itl_report(records)
-    per_token = _itl_report([attrs.evolve(r, pass_ends=None) for r in records])
+    per_token = _itl_report([r.evolve(pass_ends=None) for r in records])
     assert per_pass == per_token
     # gaps between emissions: tokens at one time (a burst, passes ending together) are one
     gaps = [b - a for r in records for a, b in itertools.pairwise(r.token_times) if b > a]
@@ -108,7 +108,7 @@ def test_speculative_bursts_count_the_gaps_of_their_emissions() -> None:
                                      requested_output_length=len(times), status="completed",
                                      token_times=array("d", times), pass_ends=ends))
     per_pass = _itl_report(records)
-    assert per_pass == _itl_report([attrs.evolve(r, pass_ends=None) for r in records])
+    assert per_pass == _itl_report([r.evolve(pass_ends=None) for r in records])
     gaps = [b - a for i, b_ in enumerate(bursts) for a, b in
             itertools.pairwise(ends[i:i + len(b_)])]
     assert per_pass["num_itl_samples"] == len(gaps) == 5 + 6 + 7
@@ -162,7 +162,7 @@ def test_folding_settled_passes_keeps_the_report(
         records.append(RequestRecord(request_id=i, arrival_ms=arrival, input_length=1,
                                      requested_output_length=len(times), status="completed",
                                      token_times=times, pass_ends=ends))
-    per_token = _itl_report([attrs.evolve(r, pass_ends=None) for r in records])
+    per_token = _itl_report([r.evolve(pass_ends=None) for r in records])
     collector = MetricsCollector()
     collector.fold_passes = fold_passes
     order = sorted(records, key=lambda r: r.token_times[-1] if r.token_times else 0.0)
@@ -195,7 +195,7 @@ def test_a_fold_carries_the_gaps_of_a_request_across_the_floor() -> None:
     collector.add(b)
     assert len(ends) == 10  # passes 4 .. 13 are kept
     report = collector.report(wall_time_ms=0.0, gpu_seconds=0.0)
-    per_token = _itl_report([attrs.evolve(r, pass_ends=None) for r in (a, b)])
+    per_token = _itl_report([r.evolve(pass_ends=None) for r in (a, b)])
     assert {k: v for k, v in report.items() if "itl" in k or "per_user" in k} == per_token
 
 

@@ -34,7 +34,7 @@ class ListWorkload:
     def on_terminal(self, request: RequestSpec, time_ms: float) -> list[RequestSpec]:
         self.terminals.append((request.request_id, time_ms))
         return [
-            attrs.evolve(s, arrival_ms=time_ms + s.arrival_ms)
+            s.evolve(arrival_ms=time_ms + s.arrival_ms)
             for s in self.followups.get(request.request_id, [])
         ]
 

@@ -12,7 +12,6 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-import attrs
 from hypothesis import strategies as st
 
 from servesim.engines.kernel.metrics import MetricsCollector, request_record_json
@@ -237,7 +236,7 @@ def replayed(make: Callable[[Sink], Any], *, fast_decode: bool = True
     stats = replay.run()
     report = _report(records.values())
     # ITL counted per pass (records know their worker's pass ends) or per token: the same
-    assert report == _report(attrs.evolve(r, pass_ends=None) for r in records.values())
+    assert report == _report(r.evolve(pass_ends=None) for r in records.values())
     lines = [json.dumps(request_record_json(r), sort_keys=True) for r in records.values()]
     pools = [(rank.pool.num_active, rank.pool.num_inactive, rank.pool.num_free,
               sorted(rank.pool.cached_identities()), rank._pass_id)

@@ -97,7 +97,7 @@ class OneTurn:
 
     def first_turn(self, arrival_ms: float | None) -> RequestSpec:
         when = self.spec.arrival_ms / self.speedup if arrival_ms is None else arrival_ms
-        return attrs.evolve(self.spec, arrival_ms=when)
+        return self.spec.evolve(arrival_ms=when)
 
     def next_turn(self, previous: RequestSpec, end_ms: float) -> RequestSpec | None:
         return None

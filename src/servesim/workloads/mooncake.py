@@ -393,7 +393,7 @@ class MooncakeReader:
         if out_field is None:
             raise self._error(codes.TRACE_MISSING_FIELD, "missing required field 'output_length'",
                               'add "output_length": <tokens to generate> (alias "output_tokens")')
-        output_length = self._count(*out_field)
+        output_length = self._count(out_field[0], out_field[1])
         token_ids = obj.get("output_token_ids")
         if token_ids is not None:
             if not isinstance(token_ids, list):
@@ -408,7 +408,7 @@ class MooncakeReader:
         # input
         capacity = len(hash_ids) * bs
         in_field = self._alias(obj, ("input_length", "input_tokens"))
-        input_length = capacity if in_field is None else self._count(*in_field)
+        input_length = capacity if in_field is None else self._count(in_field[0], in_field[1])
         if input_length > capacity:
             raise self._error(codes.TRACE_BAD_FIELD,
                               f"input_length {input_length} exceeds hash_ids capacity "
@@ -427,7 +427,8 @@ class MooncakeReader:
                               "stands for in this trace, or drop the extra hash ids")
         # timing
         ts_field = self._alias(obj, ("timestamp", "created_time"))
-        timestamp = None if ts_field is None else self._millis(*ts_field, TIMESTAMP_MS)
+        timestamp = None if ts_field is None else self._millis(ts_field[0], ts_field[1],
+                                                                  TIMESTAMP_MS)
         if timestamp is not None and self.origin_ms is not None \
                 and timestamp - self.origin_ms > SPAN_MS:
             raise self._error(codes.TRACE_BAD_FIELD,
@@ -435,7 +436,8 @@ class MooncakeReader:
                               f"first session's start {self.origin_ms:g}",
                               "check the timestamps' unit (milliseconds)")
         delay_field = self._alias(obj, ("delay", "delay_ms"))
-        delay = None if delay_field is None else self._millis(*delay_field, SPAN_MS)
+        delay = None if delay_field is None else self._millis(delay_field[0], delay_field[1],
+                                                                  SPAN_MS)
         # session
         explicit = "session_id" in obj
         if explicit:

@@ -47,7 +47,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-import attrs
 from mypy_extensions import mypyc_attr
 
 from servesim import backends
@@ -249,7 +248,7 @@ class DisaggReplay(PassReplay[PoolWorker]):
         rank = worker.ranks[worker.place()]
         assert isinstance(rank, PrefillRank)
         # The hidden bootstrap: the prefill worker computes the prompt and one token.
-        copy = attrs.evolve(spec, output_length=1)
+        copy = spec.evolve(output_length=1)
         source = rank.new_seq(copy, _scratch(copy))
         flight = Flight(spec=spec, record=record, source=source, prefill_worker=worker,
                         prefill_rank=rank)
@@ -350,13 +349,14 @@ class DisaggReplay(PassReplay[PoolWorker]):
                     else:
                         self._hand_off(flight)
             return
-        # Each token list is extended by this one-entry array: append would parse the float
-        # argument anew for every token.
+        # Each token list is extended by this one-entry array, in place (see the aggregated
+        # engine's _end_pass).
         stamp = array("d", (end,))
         flights = self.flights
         for res in pending:
             for seq in res.emitted:  # a speculative burst: one entry per token
-                flights[seq.spec.request_id].record.token_times.extend(stamp)
+                times = flights[seq.spec.request_id].record.token_times
+                times += stamp
         for res in pending:
             for seq in res.finished:
                 self._end_flight(self.flights[seq.spec.request_id], "completed", end)

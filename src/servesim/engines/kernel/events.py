@@ -10,8 +10,8 @@ entry stays in the heap and is skipped when it reaches the top.
 
 from __future__ import annotations
 
-import heapq
 import itertools
+from heapq import heappop, heappush
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
@@ -43,7 +43,7 @@ class EventQueue(Generic[T]):
 
     def push(self, time: float, phase: int, key: int, item: T) -> list[Any]:
         entry = [time, phase, key, next(self._counter), item]
-        heapq.heappush(self._heap, entry)
+        heappush(self._heap, entry)
         return entry
 
     @staticmethod
@@ -54,7 +54,7 @@ class EventQueue(Generic[T]):
     def peek_time(self) -> float | None:
         heap = self._heap
         while heap and heap[0][_ITEM] is _CANCELLED:
-            heapq.heappop(heap)
+            heappop(heap)
         return heap[0][0] if heap else None
 
     def pop(self) -> tuple[float, int, T]:
@@ -66,6 +66,6 @@ class EventQueue(Generic[T]):
         """``(time, phase, key, item)`` of the first event."""
         heap = self._heap
         while heap[0][_ITEM] is _CANCELLED:
-            heapq.heappop(heap)
-        time, phase, key, _, item = heapq.heappop(heap)
+            heappop(heap)
+        time, phase, key, _, item = heappop(heap)
         return time, phase, key, item

@@ -249,24 +249,28 @@ def ttft_parts(record: RequestRecord) -> dict[str, float] | None:
     difference on one grid and so is every partial sum.
     """
     times = record.token_times
-    if not times or record.first_admit_ms is None:
+    admit = record.first_admit_ms
+    if not times or admit is None:
         return None
-    handoff = (record.prefill_end_ms, record.kv_transfer_end_ms, record.decode_admit_ms)
-    if all(t is None for t in handoff):
-        names, instants = TTFT_PARTS[:2], [record.first_admit_ms]
-    elif any(t is None for t in handoff):
-        return None  # a handoff the engine did not record whole
-    else:
-        names, instants = TTFT_PARTS, [record.first_admit_ms, *handoff]  # type: ignore[list-item]
     arrival = record.arrival_ms
     ttft = times[0] - arrival
     unit = math.ulp(ttft)
-    offsets = [0.0]
-    for t in instants:
-        offset = min(max(t - arrival, 0.0), ttft)
-        offsets.append(round(offset / unit) * unit if ttft > 0 else 0.0)
-    offsets.append(ttft)
-    return {name: offsets[i + 1] - offsets[i] for i, name in enumerate(names)}
+    start = _on_grid(admit - arrival, ttft, unit)
+    prefill, transfer, decode = (record.prefill_end_ms, record.kv_transfer_end_ms,
+                                 record.decode_admit_ms)
+    if prefill is None and transfer is None and decode is None:
+        return {"prefill_queue": start, "prefill": ttft - start}
+    if prefill is None or transfer is None or decode is None:
+        return None  # a handoff the engine did not record whole
+    offsets = [0.0, start, _on_grid(prefill - arrival, ttft, unit),
+               _on_grid(transfer - arrival, ttft, unit), _on_grid(decode - arrival, ttft, unit),
+               ttft]
+    return {name: offsets[i + 1] - offsets[i] for i, name in enumerate(TTFT_PARTS)}
+
+
+def _on_grid(offset: float, ttft: float, unit: float) -> float:
+    """``offset`` within ``[0, ttft]``, rounded to a multiple of ``unit``."""
+    return round(min(max(offset, 0.0), ttft) / unit) * unit if ttft > 0 else 0.0
 
 
 def _opt(value: float | None) -> float | None:

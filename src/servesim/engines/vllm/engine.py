@@ -192,12 +192,13 @@ class AggregatedReplay(PassReplay[Worker]):
         end = self.now
         # (as RankPass: the compiled build reads the fields of its results natively)
         pending = cast(list[RankPass], self._close(worker))
-        # Each token list is extended by this one-entry array: append would parse the float
-        # argument anew for every token.
+        # Each token list is extended by this one-entry array, in place (``+=``: no method
+        # lookup; append would parse the float argument anew for every token).
         stamp = array("d", (end,))
         for res in pending:
             for seq in res.emitted:  # a speculative burst: one entry per token
-                seq.record.token_times.extend(stamp)
+                times = seq.record.token_times
+                times += stamp
         for res in pending:
             for seq in res.finished:
                 self._terminal(seq.spec, "completed", end)
