@@ -94,11 +94,16 @@ def write_record(folder: Path, data: dict[str, Any]) -> None:
                                          encoding="utf-8")
 
 
-def drop_in_place_extensions(package: Path = PACKAGE) -> None:
-    """A pure editable build removes the compiled modules an earlier one left beside the
-    source, for any Python (they would shadow it), and their shared library."""
-    sources = [INFO["source_of"](m, package) for m in INFO["COMPILED"]]
-    built = [(s.parent, s.stem) for s in sources] + [(package.parent, "servesim_native__mypyc")]
+def drop_in_place_extensions(package: Path = PACKAGE, keep: tuple[str, ...] = ()) -> None:
+    """An editable build removes the compiled modules an earlier one left beside the
+    source, for any Python (they would shadow it), but those of ``keep`` (the modules it
+    compiles again): every module of the package, so one that left the compiled set is
+    not shadowed either; and, keeping none, their shared library."""
+    kept = {INFO["source_of"](m, package) for m in keep}
+    built = [(source.parent, source.stem) for source in package.rglob("*.py")
+             if source not in kept]
+    if not keep:
+        built.append((package.parent, "servesim_native__mypyc"))
     for folder, stem in built:
         for path in folder.glob(f"{stem}.*"):
             if path.suffix in (".so", ".pyd"):
@@ -128,7 +133,8 @@ if __name__ == "__main__" and os.environ.get("SERVESIM_METADATA_ONLY") == "1":
     setup()  # the metadata only: nothing to compile
 elif __name__ == "__main__":  # (as setuptools runs it; tests import the functions)
     EXTENSIONS, WHY = kernel()
+    if IN_PLACE:
+        drop_in_place_extensions(keep=INFO["COMPILED"] if EXTENSIONS else ())
     if IN_PLACE and not EXTENSIONS:
-        drop_in_place_extensions()
         write_record(PACKAGE, INFO["record"](PACKAGE, compiled=False, why=WHY))
     setup(ext_modules=EXTENSIONS, cmdclass={"build_py": BuildPy, "build_ext": BuildExt})

@@ -184,6 +184,22 @@ def test_a_pure_editable_install_removes_the_compiled_kernel_beside_the_source(
                           + [build_info.source_of(m, package).name for m in COMPILED])
 
 
+def test_a_compiled_editable_install_removes_modules_that_left_the_compiled_set(
+        setup_py: dict[str, Any], package: Path) -> None:
+    compile_fake(package)
+    gone = package / "engines" / "kernel" / "turns.py"  # compiled by an earlier build
+    gone.write_text("NAME = 'turns'\n", encoding="utf-8")
+    gone.with_name("turns" + SUFFIX).write_bytes(b"")
+    shared = package.parent / f"servesim_native__mypyc{SUFFIX}"
+    shared.write_bytes(b"")
+    setup_py["drop_in_place_extensions"](package, keep=COMPILED)
+    assert not gone.with_name("turns" + SUFFIX).exists()
+    assert shared.exists()
+    for module in COMPILED:
+        source = build_info.source_of(module, package)
+        assert source.with_name(source.stem + SUFFIX).exists()
+
+
 @pytest.mark.parametrize("data", [b"", b'{"kernel": "compiled", "sour', b"\xff\xfe\x00", b"null"])
 def test_an_empty_or_damaged_record_is_no_record(package: Path, data: bytes) -> None:
     compile_fake(package)
