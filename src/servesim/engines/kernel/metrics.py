@@ -394,7 +394,10 @@ class MetricsCollector:
                                            if name != "itl"}
         # each TTFT part of the completed requests it applies to (see ttft_parts)
         self._ttft_parts: dict[str, array] = {name: array("d") for name in TTFT_PARTS}
-        self._itl: dict[float, int] = {}  # every gap between emissions, counted
+        # every gap between emissions, counted: the gap -> its place in ``_itl_counts`` (one
+        # dict operation a gap, setdefault, where gap -> count takes a get and a set)
+        self._itl: dict[float, int] = {}
+        self._itl_counts: list[int] = []
         # per pass-ends array (by id): the array and a difference array of how many
         # requests' gaps each pass ends (gaps not yet folded into ``_itl``)
         self._runs: dict[int, tuple[array[float], array[int]]] = {}
@@ -432,11 +435,10 @@ class MetricsCollector:
                 samples["ttst"].append(ttst)
             samples["tpot"].append((times[-1] - times[0]) / (n - 1))
             if not self._count_runs(record.pass_ends, times, n):
-                itl = self._itl
                 # a zero gap is inside one emission (a speculative burst): no gap
                 for gap in filter(None, map(operator.sub, itertools.islice(times, 1, None),
                                             times)):
-                    itl[gap] = itl.get(gap, 0) + 1
+                    self._count_gap(gap, 1)
         samples["e2el"].append(request_value("e2e_ms", record) or 0.0)
         if self._bounds.targets and self._bounds.check(record):
             self.goodput_completed += 1
@@ -488,7 +490,7 @@ class MetricsCollector:
         for first, k in runs:
             gap = times[i] - times[i - 1] if i else 0.0  # from the run before
             if gap:
-                self._itl[gap] = self._itl.get(gap, 0) + 1
+                self._count_gap(gap, 1)
             cover[first + 1] += 1  # the gaps ending at passes first + 1 .. first + k - 1
             cover[first + k] -= 1
             i += k
@@ -515,7 +517,7 @@ class MetricsCollector:
     def _fold(self, pass_ends: array, cover: array, end: int) -> int:
         """Add the gaps ending at passes ``1 .. end - 1`` to the ITL multiset; the count
         of gaps at pass ``end - 1`` (the running sum of ``cover``)."""
-        itl = self._itl
+        itl, counts = self._itl, self._itl_counts
         ends: list[float] = pass_ends[:end].tolist()
         covered: list[int] = cover[:end].tolist()
         count = 0
@@ -523,8 +525,21 @@ class MetricsCollector:
             count += covered[k]
             gap = ends[k] - ends[k - 1]
             if count and gap:  # passes ending together emit together
-                itl[gap] = itl.get(gap, 0) + count
+                at = itl.setdefault(gap, len(counts))  # (as _count_gap, inlined)
+                if at == len(counts):
+                    counts.append(count)
+                else:
+                    counts[at] += count
         return count
+
+    def _count_gap(self, gap: float, count: int) -> None:
+        """Count ``gap`` ``count`` more times."""
+        counts = self._itl_counts
+        at = self._itl.setdefault(gap, len(counts))
+        if at == len(counts):
+            counts.append(count)
+        else:
+            counts[at] += count
 
     def _fold_settled(self, pass_ends: array) -> None:
         """Fold the passes of ``pass_ends`` that end before its floor (see the module
@@ -579,7 +594,7 @@ class MetricsCollector:
         }
         self._fold_runs()
         gaps = sorted(self._itl)
-        counts = list(map(self._itl.__getitem__, gaps))
+        counts = list(map(self._itl_counts.__getitem__, map(self._itl.__getitem__, gaps)))
         for name in LATENCIES:
             if name == "itl":
                 out.update(sorted_distribution(gaps, counts, name))
