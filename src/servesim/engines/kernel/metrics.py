@@ -35,13 +35,13 @@ records always give the same floats, whatever order they were added in.
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import json
 import math
 import operator
 import struct
 from array import array
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping
 from typing import IO, Any, Final
 
@@ -217,7 +217,7 @@ def sorted_distribution(values: list[float], weights: list[int], name: str,
     cumulative = list(itertools.accumulate(weights))
     for label, p in PERCENTILES:
         rank = min(max(math.floor((n - 1) * p / 100.0 + 0.5), 0), n - 1)
-        out[f"{label}_{name}{unit}"] = float(values[bisect.bisect_right(cumulative, rank)])
+        out[f"{label}_{name}{unit}"] = float(values[bisect_right(cumulative, rank)])
     deviations = list(map(operator.sub, values, itertools.repeat(mean, len(values))))
     squares = list(map(operator.mul, deviations, deviations))
     out[f"std_{name}{unit}"] = math.sqrt(exact_sum(squares, weights) / n)
@@ -226,7 +226,9 @@ def sorted_distribution(values: list[float], weights: list[int], name: str,
 
 def _ttst(times: array) -> float | None:
     """Second emission minus the first (tokens of one burst share a time)."""
-    second = bisect.bisect_right(times, times[0]) if times else 0
+    if len(times) > 1 and times[1] != times[0]:
+        return times[1] - times[0]  # the usual case: the second token is the second emission
+    second = bisect_right(times, times[0]) if times else 0
     return times[second] - times[0] if second < len(times) else None
 
 
@@ -464,7 +466,7 @@ class MetricsCollector:
                     return False
                 # (on the view: bisecting the array subclass indexes it through Python's
                 # generic __getitem__, about a thousand instructions a probe)
-                first = bisect.bisect_left(passes, times[i])
+                first = bisect_left(passes, times[i])
                 k = min(n - i, len(ends) - first)
                 if not _same(passes, first, tokens, i, k):
                     # the longest run, by bisection (a run's prefixes are runs too)
@@ -548,7 +550,7 @@ class MetricsCollector:
         if floor is None or len(pass_ends) < self.fold_passes:
             return
         with memoryview(pass_ends) as view:  # (see _count_runs)
-            settled = bisect.bisect_left(view, floor)
+            settled = bisect_left(view, floor)
         if settled < self.fold_passes // 2 or settled < 2:
             return
         keep_from = settled - 1  # the pass before the first kept gap stays, as index 0
@@ -602,7 +604,7 @@ class MetricsCollector:
                 out.update(distribution(self._samples[name], name))
         # 1000 / gap for every positive gap (gaps are never negative), in non-decreasing
         # order: a correctly rounded division is monotonic in the divisor
-        zero = bisect.bisect_right(gaps, 0.0)
+        zero = bisect_right(gaps, 0.0)
         rates = list(map(operator.truediv, itertools.repeat(1000.0), gaps[zero:][::-1]))
         out.update(sorted_distribution(rates, counts[zero:][::-1], PER_USER, unit=""))
         for name, parts in self._ttft_parts.items():

@@ -27,8 +27,8 @@ differential tests assert both give identical records and reports.
 
 from __future__ import annotations
 
-import bisect
 from array import array
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -394,7 +394,7 @@ class PassReplay(Replay, Generic[W]):
             return
         now, ends, order = self.now, segment.ends, self.event_order
         if order > (PHASE_ENGINE, worker.key):
-            m = bisect.bisect_right(ends, now)
+            m = bisect_right(ends, now)
             if m and ends[m - 1] == now and order != LATER_ROUND:
                 # the stepwise loop ended a pass of this worker in this round already, and
                 # starts the next one when the round settles
@@ -403,7 +403,7 @@ class PassReplay(Replay, Generic[W]):
                 self._dispatch(PassEnd(worker))
                 return
         else:
-            m = bisect.bisect_left(ends, now)
+            m = bisect_left(ends, now)
         if not reads:
             if m + 1 < len(ends):
                 self.events.cancel(worker.end_entry)
