@@ -457,7 +457,7 @@ class BlockPool:
             ext, lo, hi, at = blocks[b]
             base, first, id_lo, id_hi = names[n]
             pos = max(at, id_lo)
-            stop = min(at + hi - lo, id_hi, end)
+            stop = min(min(at + hi - lo, id_hi), end)  # (two arguments: compiled natively)
             if pos < stop:
                 self._name(ext, lo + pos - at, stop - pos, base, first + pos - id_lo - base)
             if at + hi - lo <= stop:

@@ -457,6 +457,7 @@ class MetricsCollector:
             return False
         self._fold_settled(ends)  # first: it shifts the pass indices
         runs: list[tuple[int, int]] = []  # (first pass, tokens) of each run, in order
+        top = 0  # the pass after the last run's
         burst = False
         # The views are released at once, so the worker can still append pass ends.
         with memoryview(ends) as passes, memoryview(times) as tokens:
@@ -483,11 +484,12 @@ class MetricsCollector:
                 # a run that ends inside a speculative burst (tokens of one emission)
                 burst = i + k < n and times[i + k] == times[i + k - 1]
                 runs.append((first, k))
+                top = max(top, first + k)
                 i += k
         if burst:  # the gaps are those of the emissions: count these
             emissions = _emissions(times)
             return self._count_runs(ends, emissions, len(emissions))
-        cover = self._cover(ends, max(first + k for first, k in runs) + 1)
+        cover = self._cover(ends, top + 1)
         i = 0
         for first, k in runs:
             gap = times[i] - times[i - 1] if i else 0.0  # from the run before
