@@ -215,7 +215,8 @@ class PassReplay(Replay, Generic[W]):
         if not any(0 < res.prefill_tokens < group for res in results):
             return duration  # at most one rank prefilled: its own price holds
         duration = 0.0
-        for rank, res in zip(ranks, results, strict=True):
+        for r in range(len(ranks)):  # (by index, as in _apply_segment)
+            rank, res = ranks[r], results[r]
             price = getattr(rank.timer, "prefill_group_ms", None)
             if price is not None and res.prefill_args is not None:
                 res.prefill_ms = price(*res.prefill_args, group)
@@ -349,7 +350,9 @@ class PassReplay(Replay, Generic[W]):
         if not steps:
             return finished
         dp_size = len(worker.ranks)
-        for rank, waiting in zip(segment.ranks, segment.waiting, strict=True):
+        # (by index: zip(..., strict=True) is a call through the builtins when compiled)
+        for r in range(len(segment.ranks)):
+            rank, waiting = segment.ranks[r], segment.waiting[r]
             for seq in rank.running:
                 times = self._stamp(seq)
                 times += ends  # in place, without a method lookup per request

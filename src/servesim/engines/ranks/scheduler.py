@@ -715,7 +715,9 @@ class RankScheduler:
                     assert ok, "a steady block crossing failed to allocate"
                 if caching:
                     self._publish(seq, end // bs)
-        for seq, (c0, g0) in zip(running, base, strict=True):
+        for i in range(len(running)):  # (by index: zip(..., strict=True) is a builtins call)
+            seq = running[i]
+            c0, g0 = base[i]
             seq.num_computed = c0 + steps
             seq.generated = g0 + steps
         self._pass_id += steps
