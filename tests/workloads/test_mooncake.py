@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from servesim.engines.kernel.tokens import Segment, generated_key, prompt_length
 from servesim.errors import WorkloadError
 from servesim.workloads import build_workload, iter_trace_rows, trace_sha256, validate_trace
+from servesim.workloads.mooncake import MIXED, count_session_rows
 
 Simulate = Callable[..., Any]
 WriteTrace = Callable[..., Path]
@@ -537,3 +538,30 @@ def test_a_line_past_the_limit_is_refused_without_being_held(tmp_path: Path) -> 
         "t.jsonl:3: 'timestamp' must be a number of milliseconds from 0 to 9.0072e+15, got "
         "'x' [trace-bad-field]\n  hint: set 'timestamp' to a number of milliseconds in that "
         "range"]
+
+
+def _row(session: str | None = None) -> str:
+    row: dict[str, object] = {"timestamp": 0, "input_length": 4, "output_length": 1,
+                              "hash_ids": [1]}
+    if session is not None:
+        row["session_id"] = session
+    return json.dumps(row) + "\n"
+
+
+def test_session_rows_are_counted_across_the_search_blocks(tmp_path: Path) -> None:
+    plain, with_session = _row(), _row("s")
+    # the file's first session_id starts 4 bytes before its first megabyte ends
+    target = (1 << 20) - 4
+    at = with_session.index("session_id")
+    rows = (target - at) // len(plain)
+    content = plain * rows + " " * (target - at - rows * len(plain)) + with_session + plain
+    assert content.count("session_id") == 1
+    assert content.index("session_id") == target
+    path = tmp_path / "t.jsonl"
+    path.write_text(content, encoding="utf-8")
+    assert count_session_rows(path) == {"s": 1}
+    path.write_text(plain * 3, encoding="utf-8")
+    assert count_session_rows(path) == {}
+    path.write_text(plain + _row("7") + json.dumps({"session_id": 7}) + "\n",
+                    encoding="utf-8")
+    assert count_session_rows(path) == {"7": MIXED}
