@@ -689,37 +689,41 @@ class RankScheduler:
         """
         bs, caching, pool = self.block_size, self.caching, self.pool
         running = list(self.running)
-        events: list[tuple[int, int, int]] = []  # (step, position, kind: 0 alloc, 1 publish)
+        # Each event (step j, position i, kind: 0 alloc, 1 publish) as one integer that
+        # sorts as the tuple would: ints sort natively, tuples element by element.
+        shift = len(running).bit_length() + 1
+        events: list[int] = []
         for i, j in enumerate(self._steady_crossings()):
             while j <= steps:
-                events.append((j, i, 0))
+                events.append((j << shift) | (i << 1))
                 j += bs
         if caching:
             for i, seq in enumerate(running):
                 j = bs - seq.num_computed % bs
                 while j <= steps:
-                    events.append((j, i, 1))
+                    events.append((j << shift) | (i << 1) | 1)
                     j += bs
-        base = [(seq.num_computed, seq.generated) for seq in running]
+        computed = [seq.num_computed for seq in running]
+        generated = [seq.generated for seq in running]
         if events:
             events.sort()
-            for j, i, kind in events:
+            position = (1 << (shift - 1)) - 1
+            for event in events:
+                j, i = event >> shift, (event >> 1) & position
                 seq = running[i]
-                c0, g0 = base[i]
                 # the state the stepwise pass j sees: j - 1 tokens generated so far
-                seq.generated = g0 + j - 1
-                end = c0 + j
+                seq.generated = generated[i] + j - 1
+                end = computed[i] + j
                 seq.num_computed = end
-                if kind == 0:
+                if not (event & 1):
                     ok = pool.allocate(seq.lease, seq.lease.size + 1)
                     assert ok, "a steady block crossing failed to allocate"
                 if caching:
                     self._publish(seq, end // bs)
-        for i in range(len(running)):  # (by index: zip(..., strict=True) is a builtins call)
+        for i in range(len(running)):
             seq = running[i]
-            c0, g0 = base[i]
-            seq.num_computed = c0 + steps
-            seq.generated = g0 + steps
+            seq.num_computed = computed[i] + steps
+            seq.generated = generated[i] + steps
         self._pass_id += steps
         if self.ratio is not None:
             self.ratio.decoded(steps)
