@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from servesim.engines.kernel.metrics import (
     MetricsCollector,
     distribution,
+    exact_square_sum,
     exact_sum,
     sorted_distribution,
 )
@@ -48,6 +49,26 @@ def test_exact_sum_is_fsum_of_the_repeated_values(pairs: list[tuple[float, int]]
     small = [(v, c % 50 + 1) for v, c in pairs]
     expanded = [v for v, c in small for _ in range(c)]
     assert exact_sum([v for v, _ in small], [c for _, c in small]) == math.fsum(expanded)
+
+
+@given(st.lists(st.tuples(values, st.integers(1, 10**6)), max_size=50), values)
+def test_exact_square_sum_is_fsum_of_the_repeated_squares(
+        pairs: list[tuple[float, int]], center: float) -> None:
+    small = [(v, c % 50 + 1) for v, c in pairs]
+    expanded = [(v - center) * (v - center) for v, c in small for _ in range(c)]
+    got = exact_square_sum([v for v, _ in small], [c for _, c in small], center)
+    assert got == math.fsum(expanded)
+
+
+def test_exact_square_sum_past_the_split_takes_the_listed_squares() -> None:
+    # a count of 2**27 is past the split's range: the squares are listed and summed exactly
+    got = exact_square_sum([1.5, 2.25], [1 << 27, 3], 1.0)
+    assert got == float(Fraction(1, 4) * (1 << 27) + Fraction(25, 16) * 3)
+
+
+def test_exact_square_sum_needs_a_count_per_value() -> None:
+    with pytest.raises(ValueError, match="one count per value"):
+        exact_square_sum([1.0, 2.0], [1], 0.0)
 
 
 @pytest.mark.parametrize("n", [2047, 2048, 2049, 6000])

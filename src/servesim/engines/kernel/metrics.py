@@ -166,20 +166,27 @@ _PACK_PARTS: Final = 4096
 _PACK = struct.Struct(f"{_PACK_PARTS}d")
 
 
-def _split_sum(values: list[float], counts: list[int]) -> float | None:
+def _split_sum(values: list[float], counts: list[int], center: float | None = None
+               ) -> float | None:
     """:func:`exact_sum` as ``math.fsum`` of exact products: each value split into two
     halves (:data:`_SPLITTER`), each half times its count. fsum rounds the exact sum of
     its inputs correctly, so this is the same float as the integer sum, without integers
     of a hundred bits and more. None where a count or a finite nonzero magnitude is out
     of the split's range (checked in the same loop). The parts go to a buffer of 16 bytes
     a value, not 64 as float objects in a list (a report may sum millions of distinct
-    gaps), :data:`_PACK_PARTS` at a time."""
+    gaps), :data:`_PACK_PARTS` at a time. With ``center``, each value is first replaced
+    by ``(value - center) ** 2`` (:func:`exact_square_sum`)."""
     n = len(values)
+    squared = center is not None
+    middle = 0.0 if center is None else center
     buffer = bytearray(16 * n)
     chunk: list[float] = []
     offset = 0
     for i in range(n):  # (by index: the compiled loop reads the lists unboxed)
         value = values[i]
+        if squared:
+            deviation = value - middle
+            value = deviation * deviation
         count = counts[i]
         magnitude = value if value >= 0.0 else -value
         if count >= _SPLIT_COUNT or (0.0 < magnitude < _SPLIT_LOW) or (
@@ -218,10 +225,21 @@ def sorted_distribution(values: list[float], weights: list[int], name: str,
     for label, p in PERCENTILES:
         rank = min(max(math.floor((n - 1) * p / 100.0 + 0.5), 0), n - 1)
         out[f"{label}_{name}{unit}"] = float(values[bisect_right(cumulative, rank)])
-    deviations = list(map(operator.sub, values, itertools.repeat(mean, len(values))))
-    squares = list(map(operator.mul, deviations, deviations))
-    out[f"std_{name}{unit}"] = math.sqrt(exact_sum(squares, weights) / n)
+    out[f"std_{name}{unit}"] = math.sqrt(exact_square_sum(values, weights, mean) / n)
     return out
+
+
+def exact_square_sum(values: list[float], counts: list[int], center: float) -> float:
+    """:func:`exact_sum` of every ``(values[i] - center) ** 2`` (the float difference
+    squared) repeated ``counts[i]`` times: the squares are made in the split's own loop,
+    not listed first."""
+    if len(values) != len(counts):
+        raise ValueError("exact_square_sum needs one count per value")
+    split = _split_sum(values, counts, center)
+    if split is not None:
+        return split
+    deviations = list(map(operator.sub, values, itertools.repeat(center, len(values))))
+    return exact_sum(list(map(operator.mul, deviations, deviations)), counts)
 
 
 def _ttst(times: array) -> float | None:
