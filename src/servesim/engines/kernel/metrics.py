@@ -279,7 +279,7 @@ def ttft_parts(record: RequestRecord) -> dict[str, float] | None:
     prefill, transfer, decode = (record.prefill_end_ms, record.kv_transfer_end_ms,
                                  record.decode_admit_ms)
     if prefill is None and transfer is None and decode is None:
-        return {"prefill_queue": start, "prefill": ttft - start}
+        return {TTFT_PARTS[0]: start, TTFT_PARTS[1]: ttft - start}
     if prefill is None or transfer is None or decode is None:
         return None  # a handoff the engine did not record whole
     offsets = [0.0, start, _on_grid(prefill - arrival, ttft, unit),

@@ -362,8 +362,8 @@ class PassReplay(Replay, Generic[W]):
         worker.pass_ends.extend(ends)
         busy = worker.busy_ms
         start = worker.pass_start
-        pass_ends: list[float] = ends.tolist()  # (floats: the compiled loop adds them natively)
-        for end in pass_ends:
+        end_times: list[float] = ends.tolist()  # (floats: the compiled loop adds them natively)
+        for end in end_times:
             busy += end - start
             start = end
         worker.busy_ms = busy

@@ -29,9 +29,8 @@ class RequestSpec:
                  "request_id", "session_id", "turn_index")
 
     def __init__(self, request_id: int, arrival_ms: float, prompt: Sequence[Segment],
-                 input_length: int,
-                 output_length: int, session_id: str | None = None, turn_index: int = 0,
-                 extends: int = -1) -> None:
+                 input_length: int, output_length: int, session_id: str | None = None,
+                 turn_index: int = 0, extends: int = -1) -> None:
         self.request_id: Final = request_id  # dense, unique within a run
         self.arrival_ms: Final = arrival_ms
         self.prompt: Final[Prompt] = canonical(prompt)
