@@ -3,9 +3,15 @@ value semantics engines and plugins rely on."""
 
 from __future__ import annotations
 
+import inspect
 from array import array
 
-from servesim.engines.kernel.requests import RECORD_INIT, RequestRecord, RequestSpec
+from servesim.engines.kernel.requests import (
+    RECORD_INIT,
+    SPEC_FIELDS,
+    RequestRecord,
+    RequestSpec,
+)
 from servesim.engines.kernel.tokens import segment
 
 
@@ -50,3 +56,9 @@ def test_a_record_is_equal_only_to_itself_and_evolves_field_by_field() -> None:
                for name in RECORD_INIT if name != "pass_ends")
     assert "pass_ends" not in repr(record)
     assert repr(record).startswith("RequestRecord(request_id=1, arrival_ms=0.0")
+
+
+def test_the_field_lists_name_every_constructor_argument_in_order() -> None:
+    # repr and evolve walk these lists: a field added to a constructor must be added there
+    assert tuple(inspect.signature(RequestSpec).parameters) == SPEC_FIELDS
+    assert tuple(inspect.signature(RequestRecord).parameters) == RECORD_INIT

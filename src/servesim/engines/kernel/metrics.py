@@ -539,7 +539,6 @@ class MetricsCollector:
     def _fold(self, pass_ends: array, cover: array, end: int) -> int:
         """Add the gaps ending at passes ``1 .. end - 1`` to the ITL multiset; the count
         of gaps at pass ``end - 1`` (the running sum of ``cover``)."""
-        itl, counts = self._itl, self._itl_counts
         ends: list[float] = pass_ends[:end].tolist()
         covered: list[int] = cover[:end].tolist()
         count = 0
@@ -547,11 +546,7 @@ class MetricsCollector:
             count += covered[k]
             gap = ends[k] - ends[k - 1]
             if count and gap:  # passes ending together emit together
-                at = itl.setdefault(gap, len(counts))  # (as _count_gap, inlined)
-                if at == len(counts):
-                    counts.append(count)
-                else:
-                    counts[at] += count
+                self._count_gap(gap, count)
         return count
 
     def _count_gap(self, gap: float, count: int) -> None:
