@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from servesim.engines.kernel.tokens import Segment, generated_key, prompt_length
+from servesim.engines.kernel.tokens import Segment, block_hashes, generated_key, prompt_length
 from servesim.errors import WorkloadError
 from servesim.workloads import build_workload, iter_trace_rows, trace_sha256, validate_trace
 from servesim.workloads.mooncake import MIXED, count_session_rows
@@ -41,12 +41,10 @@ def rows_of(path: Path, block_size: int = 512) -> list[Any]:
 def test_case_52_hash_ids_expand_at_the_trace_block_size(write_trace: WriteTrace) -> None:
     path = write_trace([{"hash_ids": [7, 8], "input_length": 700, "output_length": 10}])
     (row,) = rows_of(path)
-    assert row.prompt == (Segment(0, 512), Segment(1, 188))
-    assert row.input_length == 700 and row.output_length == 10
+    assert prompt_length(row.prompt) == row.input_length == 700 and row.output_length == 10
     path = write_trace([{"hash_ids": [7, 8], "output_length": 10}])
     (row,) = rows_of(path)
-    assert row.input_length == 1024
-    assert row.prompt == (Segment(0, 512), Segment(1, 512))
+    assert row.input_length == prompt_length(row.prompt) == 1024
     path = write_trace([{"hash_ids": [7, 8], "input_length": 1100, "output_length": 10}])
     with pytest.raises(WorkloadError, match="exceeds hash_ids capacity"):
         rows_of(path)
@@ -61,9 +59,39 @@ def test_hash_ids_are_interned_in_first_seen_order_across_rows(write_trace: Writ
         {"hash_ids": [70, 90, 70], "input_length": 1100, "output_length": 1},
     ])
     first, second = rows_of(path)
-    assert first.prompt == (Segment(0, 512), Segment(1, 512))
-    assert second.prompt == (Segment(0, 512), Segment(2, 512), Segment(0, 76))
+    # new hash ids one after another are consecutive tokens of one key: one segment
+    assert first.prompt == (Segment(0, 1024, False),)
+    assert second.prompt == (Segment(0, 512, False), Segment(1, 512, False),
+                             Segment(0, 76, False))
     assert prompt_length(second.prompt) == 1100
+
+
+def engine_blocks(prompt: tuple[Segment, ...]) -> list[int]:
+    return block_hashes(prompt, 64)
+
+
+def shared_blocks(a: list[int], b: list[int]) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),
+                min(len(a), len(b)))
+
+
+def test_prompts_share_exactly_their_common_hash_id_prefix(write_trace: WriteTrace) -> None:
+    # spec: each hash id is block_size tokens of its own, so two rows' prompts agree
+    # token for token as far as their hash ids agree, and no further
+    rows = [[1, 2, 3], [1, 2], [1, 2, 4], [2, 3], [1, 2, 3, 5], [4], [1, 1, 1], [1, 1],
+            [3, 5], [1, 2, 3, 5, 6]]
+    path = write_trace([{"hash_ids": ids, "output_length": 1} for ids in rows])
+    parsed = rows_of(path)
+    blocks = [engine_blocks(row.prompt) for row in parsed]
+    for i, a in enumerate(rows):
+        for j, b in enumerate(rows):
+            common = shared_blocks(a, b)  # hash ids in common at the start
+            assert shared_blocks(blocks[i], blocks[j]) == common * 512 // 64, (a, b)
+    # a block boundary inside a hash id's tokens, and a truncated last hash id
+    path = write_trace([{"hash_ids": ids, "input_length": 1000, "output_length": 1}
+                        for ids in ([1, 2], [1, 3], [1, 2])])
+    first, other, again = (block_hashes(row.prompt, 96) for row in rows_of(path))
+    assert first == again and shared_blocks(first, other) == 512 // 96
 
 
 def test_a_byte_order_mark_is_dropped_and_bad_utf8_is_named(tmp_path: Path) -> None:
@@ -140,8 +168,9 @@ def test_sessions_group_rows_in_file_order_with_delays(
         (5, "7", 0, 100.0),  # integer session id, timestamp 200
     ]
     by_id = {s.request_id: s for s, _ in served}
-    assert by_id[2].prompt == (Segment(0, 512), Segment(2, 8))  # full prompt per row
-    assert by_id[4].prompt == (Segment(0, 512), Segment(2, 512), Segment(4, 6))
+    # full prompt per row; the session's new hash ids continue its tokens
+    assert by_id[2].prompt == (Segment(0, 520, False),)
+    assert by_id[4].prompt == (Segment(0, 1030, False),)
     assert by_id[5].session_id == "7"
 
 
@@ -205,10 +234,10 @@ def test_mooncake_delta_appends_previous_output_and_the_new_rows(
     ])
     w = build_workload(trace_spec(format="mooncake-delta"), base_dir=tmp_path)
     (t0, _), (t1, _) = simulate(w)
-    assert t0.input_length == 100 and t0.prompt == (Segment(0, 100),)
+    assert t0.input_length == 100 and t0.prompt == (Segment(0, 100, False),)
     assert t1.input_length == 100 + 5 + 20
-    assert t1.prompt == (Segment(0, 100), Segment(generated_key(0), 5, repeat=False),
-                         Segment(1, 20))
+    assert t1.prompt == (Segment(0, 100, False), Segment(generated_key(0), 5, repeat=False),
+                         Segment(1, 20, False))
     assert (t0.extends, t1.extends) == (-1, 0)
 
 
@@ -242,7 +271,7 @@ def test_large_trace_is_streamed() -> None:
     it = w.start()
     first = [next(it) for _ in range(5)]
     assert first[0].input_length == 6758 and first[0].output_length == 500
-    assert len(first[0].prompt) == 14  # one repeat segment per hash block
+    assert first[0].prompt == (Segment(0, 6758, False),)  # 14 new hash ids: one segment
     w.close()
 
 

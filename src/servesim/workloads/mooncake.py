@@ -4,12 +4,13 @@ One JSON object per line (blank lines are skipped)::
 
     {"timestamp": 0, "input_length": 700, "output_length": 10, "hash_ids": [7, 8]}
 
-``hash_ids`` are the prompt's blocks at the trace block size. Each hash id is interned to
-a dense id in first-seen (file) order and becomes a *repeat* segment of ``block_size``
-copies of that id; the prompt is truncated to ``input_length`` (default
-``len(hash_ids) * block_size``). Rows with the same ``session_id`` form a session in file
-order; a later turn waits for the previous turn to end, plus its delay (``delay`` /
-``delay_ms``, else the timestamp difference to the session's previous timestamp, else 0).
+``hash_ids`` are the prompt's blocks at the trace block size: each hash id stands for
+``block_size`` tokens of its own (a distinct segment's, numbered so that hash ids first
+seen one after another are consecutive tokens of one key); the prompt is truncated to
+``input_length`` (default ``len(hash_ids) * block_size``). Rows with the same
+``session_id`` form a session in file order; a later turn waits for the previous turn to
+end, plus its delay (``delay`` / ``delay_ms``, else the timestamp difference to the
+session's previous timestamp, else 0).
 
 The reader never materialises token lists and keeps only what replay needs: the intern
 table, rows read ahead of their turn, and per-session bookkeeping of sessions that still
@@ -225,9 +226,10 @@ class MooncakeReader:
         self._line = 0
         self._rows = 0  # valid data rows returned
         self._data_lines = 0  # non-blank lines seen
-        # hash id -> Segment(dense id, block size), the dense ids numbered in order of first
-        # appearance; identical full blocks share one (frozen) segment
-        self._segments: dict[Any, Segment] = {}
+        # hash id -> its tokens' place (key, offset of its first token); a key's tokens
+        # end at _key_ends[key]
+        self._units: dict[Any, tuple[int, int]] = {}
+        self._key_ends: list[int] = []
         self._sessions: dict[str, _SessionState] = {}
         self._starts: deque[TraceRow] = deque()
         self._pending: dict[str, deque[TraceRow]] = {}
@@ -562,20 +564,42 @@ class MooncakeReader:
         return inferred
 
     def _prompt(self, hash_ids: list[Any], input_length: int) -> Prompt:
+        """The row's prompt: each hash id stands for ``block_size`` tokens of its own,
+        ``input_length`` of them in all. A hash id seen for the first time right after the
+        last one of a key's tokens continues that key, so a run of new hash ids (a new
+        prompt, a session's next turn) is one distinct segment and costs the engine's
+        block bookkeeping one run, not one run per hash id. Equal hash-id prefixes still
+        give equal tokens and unequal ones unequal tokens, as the spec's synthesis (each
+        interned id repeated ``block_size`` times) does, so every prefix match is the
+        same."""
         bs = self._block_size
-        known = self._segments
+        units = self._units
+        ends = self._key_ends
         segments: list[Segment] = []
+        key = -1  # the open segment: tokens start..end of key
+        start = end = 0
         left = input_length
         for h in hash_ids:  # (Any: the parsed ints are looked up as they are, not re-boxed)
-            seg = known.get(h)
-            if seg is None:
-                seg = known[h] = segment(len(known), bs)
-            if left >= bs:
-                segments.append(seg)
-            elif left > 0:
-                segments.append(segment(seg.key, left))
+            unit = units.get(h)
+            if unit is None:
+                if key >= 0 and ends[key] == end:
+                    unit = (key, end)
+                    ends[key] = end + bs
+                else:
+                    unit = (len(ends), 0)
+                    ends.append(bs)
+                units[h] = unit
+            unit_key, offset = unit
+            size = bs if left >= bs else left
+            if unit_key == key and offset == end:
+                end += size
+            else:
+                if key >= 0:
+                    segments.append(segment(key, end - start, False, start))
+                key, start, end = unit_key, offset, offset + size
             left -= bs
-        return tuple(segments)  # RequestSpec merges a hash id repeated back to back
+        segments.append(segment(key, end - start, False, start))
+        return tuple(segments)
 
 
 def iter_trace_rows(path: Path, display: str, block_size: int, *,
