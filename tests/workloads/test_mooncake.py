@@ -79,7 +79,7 @@ def test_prompts_share_exactly_their_common_hash_id_prefix(write_trace: WriteTra
     # spec: each hash id is block_size tokens of its own, so two rows' prompts agree
     # token for token as far as their hash ids agree, and no further
     rows = [[1, 2, 3], [1, 2], [1, 2, 4], [2, 3], [1, 2, 3, 5], [4], [1, 1, 1], [1, 1],
-            [3, 5], [1, 2, 3, 5, 6]]
+            [3, 5], [1, 2, 3, 5, 6], [7, 7, 7], [7], [7, 7, 1], [1, 7, 7], [7, 8], [8, 7]]
     path = write_trace([{"hash_ids": ids, "output_length": 1} for ids in rows])
     parsed = rows_of(path)
     blocks = [engine_blocks(row.prompt) for row in parsed]

@@ -564,25 +564,31 @@ class MooncakeReader:
         return inferred
 
     def _prompt(self, hash_ids: list[Any], input_length: int) -> Prompt:
-        """The row's prompt: each hash id stands for ``block_size`` tokens of its own,
-        ``input_length`` of them in all. A hash id seen for the first time right after the
-        last one of a key's tokens continues that key, so a run of new hash ids (a new
-        prompt, a session's next turn) is one distinct segment and costs the engine's
-        block bookkeeping one run, not one run per hash id. Equal hash-id prefixes still
-        give equal tokens and unequal ones unequal tokens, as the spec's synthesis (each
-        interned id repeated ``block_size`` times) does, so every prefix match is the
-        same."""
+        """The row's prompt, ``input_length`` tokens: each hash id stands for ``block_size``
+        tokens of its own, numbered when the id is first seen. One first seen right after
+        the last of a key's tokens continues that key, so a run of new hash ids (a new
+        prompt, a session's next turn) is one distinct segment, which the engine's block
+        bookkeeping handles as one run instead of one per hash id; one first seen twice
+        in a row is ``block_size`` copies of one token, so its repeats merge into one
+        segment. Equal hash-id prefixes give equal tokens and unequal ones unequal
+        tokens, as the spec's synthesis (each interned id repeated ``block_size`` times)
+        does: every prefix match is the same."""
         bs = self._block_size
         units = self._units
         ends = self._key_ends
         segments: list[Segment] = []
-        key = -1  # the open segment: tokens start..end of key
+        key = -1  # the open segment: key's tokens start..end, or a repeat (start -1)
         start = end = 0
         left = input_length
-        for h in hash_ids:  # (Any: the parsed ints are looked up as they are, not re-boxed)
+        last = len(hash_ids) - 1
+        for i in range(last + 1):
+            h = hash_ids[i]  # (Any: the parsed ints are looked up as they are, not re-boxed)
             unit = units.get(h)
             if unit is None:
-                if key >= 0 and ends[key] == end:
+                if i < last and hash_ids[i + 1] == h:
+                    unit = (len(ends), -1)
+                    ends.append(-1)  # no id continues a repeat's key
+                elif key >= 0 and ends[key] == end:
                     unit = (key, end)
                     ends[key] = end + bs
                 else:
@@ -591,15 +597,22 @@ class MooncakeReader:
                 units[h] = unit
             unit_key, offset = unit
             size = bs if left >= bs else left
-            if unit_key == key and offset == end:
+            if unit_key == key and (offset == end or offset < 0):
                 end += size
             else:
                 if key >= 0:
-                    segments.append(segment(key, end - start, False, start))
-                key, start, end = unit_key, offset, offset + size
+                    segments.append(_segment_of(key, start, end))
+                key, start, end = unit_key, offset, max(offset, 0) + size
             left -= bs
-        segments.append(segment(key, end - start, False, start))
+        segments.append(_segment_of(key, start, end))
         return tuple(segments)
+
+
+def _segment_of(key: int, start: int, end: int) -> Segment:
+    """Tokens ``start..end`` of ``key``, or (``start`` -1) ``end`` copies of token ``key``."""
+    if start < 0:
+        return segment(key, end)
+    return segment(key, end - start, False, start)
 
 
 def iter_trace_rows(path: Path, display: str, block_size: int, *,
