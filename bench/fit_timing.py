@@ -23,6 +23,9 @@ rows and all rows, overall and per backend, and the worst (GPU, backend, model)
 partitions are listed. ``--cross-validate`` measures transfer instead: for each GPU, the
 constants fitted on the other GPUs' rows (both folds) score its rows, which is what a
 user of a GPU the fit never saw gets; ``--leave-out-gpu`` writes one such fit (``--out``).
+Each fold's fit starts from the shipped constants, which every GPU's rows shaped: give it
+the fit's own ``--iterations`` (a few iterations stay near them, and the GPU left out is
+then not really left out; bench/data/README.md).
 
 Loss: robust (Huber, ``--huber``) least squares of the error of TPOT and, with weight
 ``--ttft-weight``, of TTFT, the error being ``log(predicted / measured)`` or, with
