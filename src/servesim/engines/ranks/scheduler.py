@@ -1178,7 +1178,8 @@ class RankScheduler:
                 seq.num_computed = length + burst - 1
                 if caching:
                     self._publish(seq, seq.num_computed // bs)
-                emitted.extend([seq] * burst)
+                for _ in range(burst):  # (a list of ``burst`` copies costs more)
+                    emitted.append(seq)
             else:
                 emitted.append(seq)
             if stateful and seq.pass_tokens:
