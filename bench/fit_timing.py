@@ -23,9 +23,14 @@ rows and all rows, overall and per backend, and the worst (GPU, backend, model)
 partitions are listed. ``--cross-validate`` measures transfer instead: for each GPU, the
 constants fitted on the other GPUs' rows (both folds) score its rows, which is what a
 user of a GPU the fit never saw gets; ``--leave-out-gpu`` writes one such fit (``--out``).
-Each fold's fit starts from the shipped constants, which every GPU's rows shaped: give it
-the fit's own ``--iterations`` (a few iterations stay near them, and the GPU left out is
-then not really left out; bench/data/README.md).
+Rows are also split by whether the GPUs fitted show their kernel class (backend, GEMM and
+expert kernels, attention), as extrapolation to a class no row showed is another matter.
+
+Start: every fit, each fold's included, starts from ``START`` (constants no serving row
+shaped), not from the shipped constants: those were fitted on every GPU's rows, so a fold
+started from them would not really leave its GPU out, and the rows leave many constants
+undetermined (which fold a constant lands in then depends on where it started). A ridge
+(``--ridge``) pulls each constant's logarithm back towards its start.
 
 Loss: robust (Huber, ``--huber``) least squares of the error of TPOT and, with weight
 ``--ttft-weight``, of TTFT, the error being ``log(predicted / measured)`` or, with
@@ -88,6 +93,27 @@ BOUNDS = {
     "fp8": (0.2, 1.0), "fp4": (0.2, 1.0), "w4a16": (0.2, 1.0),
 }
 HUBER = 0.15  # error beyond which a residual counts linearly (outlier rows)
+# Where every fit starts: unit efficiency scales; the fp8 levels are the ratios of
+# aiconfigurator-core's measured H100, B200 and GB200 tables (fp8 over bf16 efficiency per
+# FLOP, dense GEMMs at n = k = 8192 and expert GEMMs at 4,096-16,384 tokens); the other
+# values are round ones inside their bounds; every backend starts from the overheads of the
+# constants' ``default`` backend (``start``).
+START = {"gemm_scale": 1.0, "moe_scale": 1.0, "mem_scale": 1.0, "attn_scale": 1.0,
+         "kv_scale": 1.0, "allreduce_us": 5.0, "expert_us": 1.0, "moe_act_passes": 4.0,
+         "quant_level.fp8": 0.72, "quant_level.fp4": 0.9, "quant_level.w4a16": 0.6,
+         "moe_quant_level.fp8": 0.55, "moe_quant_level.fp4": 0.9,
+         "moe_quant_level.w4a16": 0.5, "softmax_exposed": 0.5}
+
+
+def start(shipped: AnalyticalConstants) -> AnalyticalConstants:
+    """``shipped`` with every fitted constant at its start (``START``)."""
+    default = shipped.overheads("default")
+    values = dict(START)
+    for b in BACKENDS:
+        for f in PER_BACKEND:
+            lo, hi = BOUNDS[f]
+            values[f"{b}.{f}"] = min(hi, max(lo, getattr(default, f) or lo))
+    return shipped.with_values(**values)
 
 
 def _mape(errors: list[float]) -> float:
@@ -202,7 +228,9 @@ ERRORS = {"log": _log_error, "relative": _relative_error}
 
 
 def fit(base: AnalyticalConstants, items: list[Item], keys: list[str], ttft_weight: float,
-        iterations: int, error: str = "log") -> AnalyticalConstants:
+        iterations: int, error: str = "log", ridge: float = 0.0) -> AnalyticalConstants:
+    """Constants fitted on ``items``, starting from ``base``'s values of ``keys``, each
+    constant's logarithm pulled back towards its start with weight ``ridge``."""
     parts: dict[tuple[str, str, str], int] = {}
     for s, _ in items:
         parts[(s.row.system, s.row.backend, s.row.model)] = parts.get(
@@ -227,20 +255,22 @@ def fit(base: AnalyticalConstants, items: list[Item], keys: list[str], ttft_weig
             r = item[0].row
             out.append(err(tpot, r.tpot_ms))
             out.append(tw * err(ttft, r.ttft_ms))
+        out.extend(pull * (v - v0) for v, v0 in zip(x, x0, strict=True))
         return out
 
     def weights(res: list[float]) -> list[float]:
-        # Huber IRLS weights times the row weights
+        # Huber IRLS weights times the row weights; the ridge's residuals weigh 1
         w = []
-        for i, r in enumerate(res):
+        for i, r in enumerate(res[:2 * len(items)]):
             h = 1.0 if abs(r) <= HUBER else HUBER / abs(r)
             w.append(h * row_w[i // 2])
-        return w
+        return w + [1.0] * len(keys)
 
     def loss(res: list[float], w: list[float]) -> float:
         return sum(wi * ri * ri for wi, ri in zip(w, res, strict=True))
 
-    x = clamp([math.log(max(base.value(k), 1e-9)) for k in keys])
+    x = x0 = clamp([math.log(max(base.value(k), 1e-9)) for k in keys])
+    pull = math.sqrt(ridge)
     res = residuals(x)
     lam = 1e-2
     step = 0.03
@@ -264,7 +294,7 @@ def fit(base: AnalyticalConstants, items: list[Item], keys: list[str], ttft_weig
         free = [j for j in range(n)
                 if not ((x[j] >= bounds[j][1] - 1e-12 and jtr[j] < 0)
                         or (x[j] <= bounds[j][0] + 1e-12 and jtr[j] > 0))]
-        improved = False
+        gain = 0.0  # the step's loss reduction, at this iteration's weights
         for _ in range(10):
             a = [[jtj[r][k] + (lam * max(jtj[r][r], 1e-9) if r == k else 0.0)
                   for k in free] for r in free]
@@ -274,15 +304,14 @@ def fit(base: AnalyticalConstants, items: list[Item], keys: list[str], ttft_weig
                 delta[j] = d
             cand = clamp([v + d for v, d in zip(x, delta, strict=True)])
             cres = residuals(cand)
-            if loss(cres, w) < cur:
-                x, res = cand, cres
+            if (new := loss(cres, w)) < cur:
+                x, res, gain = cand, cres, cur - new
                 lam = max(lam / 3, 1e-6)
-                improved = True
                 break
             lam *= 4
         print(f"iteration {it}: loss {loss(res, weights(res)):.4f} (was {cur:.4f}), "
               f"lambda {lam:.2g}, {time.perf_counter() - started:.0f} s", flush=True)
-        if not improved:
+        if gain <= 1e-6 * cur:  # no step found, or converged
             break
     return consts(x)
 
@@ -294,23 +323,38 @@ def _errors(c: AnalyticalConstants, items: list[Item]) -> tuple[float, float]:
     return _mape([e[0] for e in errs]), _mape([e[1] for e in errs])
 
 
+def kernel_class(s: calib.Setup) -> tuple[str, ...]:
+    """What a row's price rests on: its backend, GEMM and expert kernels and attention."""
+    g = s.geometry
+    return (g.backend, g.gemm_kernel, g.moe_kernel if g.experts else "",
+            "mla" if g.mla else "")
+
+
 def cross_validate(base: AnalyticalConstants, items: list[Item], keys: list[str],
                    args: argparse.Namespace) -> None:
     """Leave-one-GPU-out: each GPU's rows scored by constants fitted on the other GPUs'
     (both folds), beside the in-sample figure of a fit on every GPU."""
     gpus = sorted({s.row.system for s, _ in items})
-    print("\nleave-one-GPU-out (re-priced TTFT / TPOT MAPE %):")
+    print("\nleave-one-GPU-out (re-priced TTFT / TPOT MAPE %; the rows left out split by "
+          "whether the fitted rows show their kernel class):")
     print(f"{'GPU left out':14} {'rows':>5} {'fit rows':>8} {'in-sample':>17} "
-          f"{'left out':>17}")
+          f"{'left out':>17} {'class fitted':>23} {'class not fitted':>23}")
     scored: list[tuple[float, float, int]] = []
     for gpu in gpus:
         train = [i for i in items if i[0].row.system != gpu]
         test = [i for i in items if i[0].row.system == gpu]
-        c = fit(base, train, keys, args.ttft_weight, args.iterations, error=args.error)
+        c = fit(base, train, keys, args.ttft_weight, args.iterations, error=args.error,
+                ridge=args.ridge)
         inside, outside = _errors(c, train), _errors(c, test)
         scored.append((*outside, len(test)))
+        fitted = {kernel_class(s) for s, _ in train}
+        split = ""
+        for seen in (True, False):
+            part = [i for i in test if (kernel_class(i[0]) in fitted) == seen]
+            t, p = _errors(c, part)
+            split += f" {len(part):5d} {t:8.1f} {p:8.1f}"
         print(f"{gpu:14} {len(test):5d} {len(train):8d} {inside[0]:8.1f} {inside[1]:8.1f} "
-              f"{outside[0]:8.1f} {outside[1]:8.1f}", flush=True)
+              f"{outside[0]:8.1f} {outside[1]:8.1f}{split}", flush=True)
     n = sum(k for _, _, k in scored)
     print(f"{'every GPU':14} {n:5d} {'':8} {'':17} "
           f"{sum(t * k for t, _, k in scored) / n:8.1f} "
@@ -345,6 +389,9 @@ def main() -> int:
     ap.add_argument("--huber", type=float, default=HUBER,
                     help="residual size beyond which a row counts linearly")
     ap.add_argument("--iterations", type=int, default=12)
+    ap.add_argument("--ridge", type=float, default=0.03,
+                    help="pull of each constant's logarithm back towards its start (START): "
+                         "0.03 transfers better than none (bench/data/README.md)")
     ap.add_argument("--fit-rows", type=int, default=700,
                     help="subsample of the fit rows, spread over partitions (0: all)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
@@ -371,11 +418,12 @@ def main() -> int:
         if args.leave_out_gpu not in {r.system for r in rows}:
             ap.error(f"no rows of GPU {args.leave_out_gpu!r}")
         rows = [r for r in rows if r.system != args.leave_out_gpu]
-    base = load_constants()
+    shipped = load_constants()
     if args.report:
-        report(base, load_items(calib.sample(rows, args.fit_rows or None), args.cache,
-                                args.jobs))
+        report(shipped, load_items(calib.sample(rows, args.fit_rows or None), args.cache,
+                                   args.jobs))
         return 0
+    base = start(shipped)
     keys = [*GLOBAL, *(f"{b}.{f}" for b in BACKENDS for f in PER_BACKEND)]
     if args.cross_validate:
         items = load_items(calib.sample(rows, args.fit_rows or None), args.cache, args.jobs)
@@ -387,7 +435,8 @@ def main() -> int:
     items = load_items(fit_rows, args.cache, args.jobs)
     print(f"fitting on {len(items)} rows ({len(rows)} aggregated rows in the file, "
           f"holdout fold excluded)")
-    best = fit(base, items, keys, args.ttft_weight, args.iterations, error=args.error)
+    best = fit(base, items, keys, args.ttft_weight, args.iterations, error=args.error,
+               ridge=args.ridge)
     report(best, items)
     at_bound = [k for k in keys if any(math.isclose(best.value(k), v, rel_tol=1e-6)
                                        for v in BOUNDS[k.split(".")[-1]])]
@@ -407,7 +456,8 @@ def main() -> int:
                       "replay does (calib.replay), re-priced from calib.record",
         "loss": f"Huber ({HUBER}) least squares of the {args.error} TPOT error + "
                 f"{args.ttft_weight} x the {args.error} TTFT error, rows weighted "
-                "1/sqrt(partition size)",
+                f"1/sqrt(partition size), + {args.ridge} x the squared log distance of each "
+                "constant from its start (bench/fit_timing.py START)",
         "date": datetime.date.today().isoformat(),
     }
     text = json.dumps(data, indent=2) + "\n"

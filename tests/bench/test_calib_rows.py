@@ -111,14 +111,18 @@ def test_repricing_a_recording_gives_the_replays_figures(concurrency: int) -> No
     # sent when a pass ends waits for the next one, as in the replay, whose front end
     # overlaps that wait: re-pricing may count the front end's latency once more. (The
     # recording bins the KV tokens of decode passes by 1.6%, hence the tolerances.) This
-    # holds while the front end is shorter than a pass, as vLLM's is.
+    # holds while the front end is shorter than a pass, as it is here (a few ms).
     from servesim.timing.analytical import AnalyticalTimer, load_constants
 
     row = _row(concurrency, 10.0, model="Qwen/Qwen3-32B", isl=700, osl=40, tp=1)
     s = calib.setup(row, max_tokens=calib.MAX_TOKENS)
     assert isinstance(s, calib.Setup)
-    constants = load_constants()
+    constants = load_constants().with_values(**{
+        "vllm.request_ms": 2.0, "vllm.request_us_per_token": 1.0,
+        "vllm.request_layer_us": 1.0, "vllm.request_moe_layer_us": 0.0})
     timer = AnalyticalTimer(s.geometry, constants)
+    pass_ms = timer.decode_ms(concurrency, concurrency * 740, 740.0, concurrency * 740)
+    assert timer.request_ms(row.isl) < pass_ms
     replayed = calib.replay(s, constants)
     ttft, tpot = calib.record(s).evaluate(timer)
     assert tpot == pytest.approx(replayed.tpot_ms, rel=1e-3)
