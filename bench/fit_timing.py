@@ -28,9 +28,9 @@ expert kernels, attention), as extrapolation to a class no row showed is another
 
 Start: every fit, each fold's included, starts from ``START`` (constants no serving row
 shaped), not from the shipped constants: those were fitted on every GPU's rows, so a fold
-started from them would not really leave its GPU out, and the rows leave many constants
-undetermined (which fold a constant lands in then depends on where it started). A ridge
-(``--ridge``) pulls each constant's logarithm back towards its start.
+started from them would not really leave its GPU out; and the rows leave many constants
+undetermined, so where a fit ends depends on where it starts. A ridge (``--ridge``) pulls
+each constant's logarithm back towards its start.
 
 Loss: robust (Huber, ``--huber``) least squares of the error of TPOT and, with weight
 ``--ttft-weight``, of TTFT, the error being ``log(predicted / measured)`` or, with
