@@ -228,7 +228,7 @@ ERRORS = {"log": _log_error, "relative": _relative_error}
 
 
 def fit(base: AnalyticalConstants, items: list[Item], keys: list[str], ttft_weight: float,
-        iterations: int, error: str = "log", ridge: float = 0.0) -> AnalyticalConstants:
+        iterations: int, error: str = "relative", ridge: float = 0.0) -> AnalyticalConstants:
     """Constants fitted on ``items``, starting from ``base``'s values of ``keys``, each
     constant's logarithm pulled back towards its start with weight ``ridge``."""
     parts: dict[tuple[str, str, str], int] = {}
